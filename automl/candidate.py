@@ -1,0 +1,47 @@
+"""A candidate: one point of the joint search space, independent of Optuna."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from automl.errors import SpecError
+from automl.models import ArchConfig
+from automl.pipeline.train import TrainConfig
+
+BITS = (32, 16, 8, 4)
+INT8_MODES = ("static", "dynamic")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Architecture, pruning ratio, bit-width, serving batch size and training settings."""
+
+    arch: ArchConfig
+    pruning_ratio: float = 0.0
+    bits: int = 32
+    int8_mode: str = "static"
+    batch_size: int = 1
+    train: TrainConfig = field(default_factory=TrainConfig)
+    finetune_epochs: int = 3
+
+    def __post_init__(self) -> None:
+        if self.bits not in BITS:
+            raise SpecError(f"bits must be one of {list(BITS)}, got {self.bits}")
+        if self.int8_mode not in INT8_MODES:
+            raise SpecError(f"int8_mode must be one of {list(INT8_MODES)}, got {self.int8_mode!r}")
+        if self.batch_size < 1:
+            raise SpecError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not 0.0 <= self.pruning_ratio < 1.0:
+            raise SpecError(f"pruning_ratio must be in [0, 1), got {self.pruning_ratio}")
+
+    def as_dict(self) -> dict:
+        """Plain JSON-able form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Candidate:
+        """Inverse of :meth:`as_dict`."""
+        values = dict(values)
+        arch = ArchConfig(**values.pop("arch"))
+        train = TrainConfig(**values.pop("train", {}))
+        return cls(arch=arch, train=train, **values)

@@ -1,0 +1,186 @@
+"""Datasets: the built-in ``digits``, user ``.npz`` files and ``module:function`` plugins.
+
+Every dataset is split deterministically by seed into train / val / test, plus a calibration
+subset for static quantization that is drawn from train, never from test. Inputs are
+standardised with the train split's scalar mean and std, which are recorded as preprocessing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from automl.errors import DataError
+
+BUILTIN_DATASETS = ("digits",)
+_REQUIRED_KEYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Float32 inputs of shape (N, *input_shape) and int64 labels, split and standardised."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    x_calib: np.ndarray
+    num_classes: int
+    input_shape: tuple[int, ...]
+    preprocessing: dict = field(default_factory=dict)
+    fingerprint: str = ""
+
+
+def load_dataset(
+    source: str,
+    *,
+    seed: int = 0,
+    val_fraction: float = 0.15,
+    calib_size: int = 128,
+    data_root: Path | None = None,
+) -> Dataset:
+    """Load and split a dataset.
+
+    Args:
+        source: ``digits``, a path to an ``.npz`` file, or ``package.module:function``.
+        seed: Seed of every split.
+        val_fraction: Share of train held out for validation when the source has no val split.
+        calib_size: Size of the calibration subset drawn from train.
+        data_root: If given, ``.npz`` paths must resolve inside it.
+
+    Returns:
+        The split, standardised dataset.
+
+    Raises:
+        DataError: The source is unknown, missing or malformed; the message names the problem.
+    """
+    arrays = _read_source(source, seed=seed, data_root=data_root)
+    _validate(arrays, source)
+    if "x_val" not in arrays:
+        arrays["x_train"], arrays["x_val"], arrays["y_train"], arrays["y_val"] = _split(
+            arrays["x_train"], arrays["y_train"], val_fraction, seed
+        )
+    return _finish(source, arrays, seed=seed, calib_size=calib_size)
+
+
+def _read_source(source: str, *, seed: int, data_root: Path | None) -> dict[str, np.ndarray]:
+    if source == "digits":
+        return _digits(seed)
+    if source.endswith(".npz"):
+        return _npz(Path(source), data_root)
+    if ":" in source:
+        return _plugin(source)
+    raise DataError(
+        f"unknown dataset {source!r}: use one of {list(BUILTIN_DATASETS)}, "
+        "a path to an .npz file, or 'package.module:function'"
+    )
+
+
+def _digits(seed: int) -> dict[str, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = bunch.images.astype(np.float32)[:, None, :, :]
+    x_train, x_test, y_train, y_test = _split(x, bunch.target, 0.2, seed)
+    return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+
+
+def _npz(path: Path, data_root: Path | None) -> dict[str, np.ndarray]:
+    resolved = path.expanduser().resolve()
+    if data_root is not None and not resolved.is_relative_to(Path(data_root).resolve()):
+        raise DataError(f"dataset {str(path)!r} is outside the data root {str(data_root)!r}")
+    if not resolved.is_file():
+        raise DataError(f"dataset file {str(path)!r} does not exist")
+    try:
+        with np.load(resolved, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except (OSError, ValueError) as e:
+        raise DataError(f"dataset file {str(path)!r} is not a readable .npz: {e}") from e
+
+
+def _plugin(source: str) -> dict[str, np.ndarray]:
+    module_name, _, function_name = source.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as e:
+        raise DataError(f"dataset plugin {source!r} cannot be imported: {e}") from e
+    result = function()
+    if not isinstance(result, dict):
+        raise DataError(
+            f"dataset plugin {source!r} must return a dict with keys {list(_REQUIRED_KEYS)}"
+        )
+    return {key: np.asarray(value) for key, value in result.items()}
+
+
+def _validate(arrays: dict[str, np.ndarray], source: str) -> None:
+    missing = [key for key in _REQUIRED_KEYS if key not in arrays]
+    if missing:
+        raise DataError(f"dataset {source!r} lacks arrays {missing}; found {sorted(arrays)}")
+    has_val = ("x_val" in arrays, "y_val" in arrays)
+    if any(has_val) and not all(has_val):
+        raise DataError(f"dataset {source!r} must give both x_val and y_val, or neither")
+    sample_shape = arrays["x_train"].shape[1:]
+    for split in ("train", "val", "test"):
+        if f"x_{split}" not in arrays:
+            continue
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.ndim < 2 or x.shape[0] == 0:
+            raise DataError(f"x_{split} of {source!r} must be (N, *features) with N > 0, got {x.shape}")
+        if x.shape[1:] != sample_shape:
+            raise DataError(
+                f"x_{split} of {source!r} has sample shape {x.shape[1:]}, x_train has {sample_shape}"
+            )
+        if y.ndim != 1 or len(y) != len(x):
+            raise DataError(
+                f"y_{split} of {source!r} must be 1-D with one label per sample: "
+                f"{len(x)} samples in x_{split}, y_{split} has shape {y.shape}"
+            )
+        if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+            raise DataError(f"y_{split} of {source!r} must hold non-negative integer labels")
+
+
+def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> list[np.ndarray]:
+    try:
+        return train_test_split(x, y, test_size=fraction, random_state=seed, stratify=y)
+    except ValueError:  # a class with a single sample cannot be stratified
+        return train_test_split(x, y, test_size=fraction, random_state=seed)
+
+
+def _finish(source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size: int) -> Dataset:
+    mean = float(arrays["x_train"].mean())
+    std = float(arrays["x_train"].std()) or 1.0
+    out = {
+        key: ((value - mean) / std).astype(np.float32)
+        if key.startswith("x_")
+        else value.astype(np.int64)
+        for key, value in arrays.items()
+        if key in (*_REQUIRED_KEYS, "x_val", "y_val")
+    }
+    rng = np.random.default_rng(seed)
+    calib_rows = rng.permutation(len(out["x_train"]))[: min(calib_size, len(out["x_train"]))]
+    labels = np.concatenate([out["y_train"], out["y_val"], out["y_test"]])
+    return Dataset(
+        name=source,
+        x_calib=out["x_train"][calib_rows],
+        num_classes=int(labels.max()) + 1,
+        input_shape=tuple(int(d) for d in out["x_train"].shape[1:]),
+        preprocessing={"standardize": {"mean": mean, "std": std}},
+        fingerprint=_fingerprint(out, seed),
+        **out,
+    )
+
+
+def _fingerprint(arrays: dict[str, np.ndarray], seed: int) -> str:
+    digest = hashlib.sha256(f"seed={seed}".encode())
+    for key in sorted(arrays):
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(arrays[key]).tobytes())
+    return digest.hexdigest()[:16]

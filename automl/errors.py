@@ -1,0 +1,27 @@
+"""The error hierarchy: one root and a few meaningful subclasses."""
+
+from __future__ import annotations
+
+
+class AutomlError(Exception):
+    """Root of every error automl raises on purpose."""
+
+
+class SpecError(AutomlError, ValueError):
+    """The user's input is wrong (spec, search space, dataset, option). Nothing is run."""
+
+
+class DataError(SpecError):
+    """A dataset is missing, malformed or inconsistent."""
+
+
+class TargetUnavailable(AutomlError):
+    """The target's hardware is not present on this machine, so it cannot be measured here."""
+
+
+class UnsupportedQuantization(AutomlError):
+    """The bit-width cannot be applied to this model or run on this target."""
+
+
+class TrialFailed(AutomlError):
+    """A trial could not produce a candidate; the study records it as FAIL and goes on."""

@@ -1,0 +1,1 @@
+"""Pipeline stages: one module and one entry function each, with no Optuna inside."""

@@ -1,0 +1,74 @@
+"""Export stage: ONNX with a dynamic batch axis, checked and compared against torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+import torch
+
+from automl.errors import TrialFailed
+from automl.pipeline._ort import input_name, make_session
+
+if TYPE_CHECKING:
+    from torch import nn
+
+INPUT_NAME = "input"
+OUTPUT_NAME = "logits"
+OPSET = 17
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """The ONNX file and the largest difference from torch on the sample."""
+
+    path: Path
+    max_abs_diff: float
+
+
+def export_onnx(
+    model: nn.Module, sample: np.ndarray, path: Path | str, *, atol: float = 1e-4
+) -> ExportResult:
+    """Export ``model`` to ONNX and verify it.
+
+    Args:
+        model: The model, exported in eval mode on CPU.
+        sample: Real inputs (N, *input_shape), float32, used to trace and to compare outputs.
+        path: Where to write the ``.onnx`` file.
+        atol: Largest allowed absolute difference between ORT and torch logits.
+
+    Returns:
+        The path and the measured difference.
+
+    Raises:
+        TrialFailed: The graph fails ``onnx.checker`` or its outputs differ from torch.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = model.cpu().eval()
+    inputs = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
+    torch.onnx.export(
+        model,
+        (inputs[:1],),
+        str(path),
+        dynamo=False,
+        input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME],
+        dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+        opset_version=OPSET,
+    )
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except onnx.checker.ValidationError as e:
+        raise TrialFailed(f"exported ONNX graph is invalid: {e}") from e
+    with torch.no_grad():
+        expected = model(inputs).numpy()
+    session = make_session(path, ["CPUExecutionProvider"], 1)
+    actual = session.run(None, {input_name(session): inputs.numpy()})[0]
+    diff = float(np.abs(actual - expected).max())
+    if not diff <= atol:
+        raise TrialFailed(f"ONNX outputs differ from torch by {diff:.2e} (allowed {atol:.0e})")
+    return ExportResult(path=path, max_abs_diff=diff)

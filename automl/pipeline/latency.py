@@ -1,0 +1,314 @@
+"""Latency stage: measure a model on its target's hardware, never estimate it.
+
+Method: warm up, then time single runs until the 95% confidence interval of the median
+is within ``rel_ci`` of the median (checked every ``_CHUNK_RUNS`` runs once ``min_runs``
+are in), or a cap on runs or seconds is reached. Inputs are real test samples at the
+candidate's batch size. ONNX Runtime runs on the target's first execution provider with
+its pinned intra-op threads; a CUDA target whose ONNX Runtime lacks the CUDA provider may
+be timed with torch on CUDA instead (``source="torch-cuda"``), never on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnxruntime as ort
+
+from automl.errors import SpecError, TargetUnavailable
+from automl.pipeline._ort import input_name, make_session
+from automl.targets import detect_gpu_names, require_present
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    import torch
+
+    from automl.targets import Target
+
+_CHUNK_RUNS = 50
+_Z95 = 1.96
+_ORT_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+}
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Summary of timed runs; all times in milliseconds, per batch unless named per-sample."""
+
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    ci_rel: float
+    cv: float
+    per_sample_ms: float
+    throughput_sps: float
+    runs: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Latency(LatencyStats):
+    """A latency measurement and how it was taken.
+
+    Attributes:
+        converged: The CI target was reached before a cap stopped the runs.
+        source: ``"onnxruntime"`` or ``"torch-cuda"``.
+        provider: The execution provider that really ran the model.
+        env: Environment fingerprint (see :func:`env_fingerprint`).
+    """
+
+    converged: bool
+    source: str
+    provider: str
+    env: dict[str, Any] = field(hash=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values, e.g. for Optuna user attrs."""
+        return asdict(self)
+
+
+def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
+    """Summarise timed runs.
+
+    Percentiles use numpy's linear interpolation. The 95% CI of the median is
+    distribution-free: order statistics at ranks ``n/2 - 1.96*sqrt(n)/2`` (floored) and
+    ``n/2 + 1 + 1.96*sqrt(n)/2`` (ceiled), 1-based and clipped to ``[1, n]``.
+
+    Args:
+        samples_ms: Per-batch run times in milliseconds (at least one).
+        batch_size: Samples per run.
+
+    Returns:
+        The statistics; ``ci_rel`` is the CI half-width divided by the median and ``cv``
+        the sample standard deviation divided by the mean.
+
+    Raises:
+        ValueError: ``samples_ms`` is empty.
+    """
+    x = np.sort(np.asarray(samples_ms, dtype=np.float64))
+    n = x.size
+    if n == 0:
+        raise ValueError("latency_stats needs at least one sample")
+    p50, p90, p99 = np.percentile(x, [50, 90, 99])
+    mean = float(x.mean())
+    std = float(x.std(ddof=1)) if n > 1 else 0.0
+    half = _Z95 * math.sqrt(n) / 2
+    lo = min(max(math.floor(n / 2 - half), 1), n)
+    hi = min(max(math.ceil(n / 2 + 1 + half), 1), n)
+    ci_low, ci_high = float(x[lo - 1]), float(x[hi - 1])
+    return LatencyStats(
+        p50_ms=float(p50),
+        p90_ms=float(p90),
+        p99_ms=float(p99),
+        mean_ms=mean,
+        ci_low_ms=ci_low,
+        ci_high_ms=ci_high,
+        ci_rel=(ci_high - ci_low) / 2 / float(p50) if p50 > 0 else math.inf,
+        cv=std / mean if mean > 0 else 0.0,
+        per_sample_ms=float(p50) / batch_size,
+        throughput_sps=batch_size * 1000.0 / float(p50) if p50 > 0 else math.inf,
+        runs=n,
+        batch_size=batch_size,
+    )
+
+
+def env_fingerprint(provider: str, threads: int, target: Target) -> dict[str, Any]:
+    """Describe where a measurement ran.
+
+    Args:
+        provider: The execution provider (or ``"torch.cuda"``) that ran the model.
+        threads: Intra-op threads used.
+        target: The target measured.
+
+    Returns:
+        ORT version, provider, threads, CPU model, logical cores, GPU name (cuda targets),
+        Python version, platform and target name.
+    """
+    env: dict[str, Any] = {
+        "target": target.name,
+        "onnxruntime": ort.__version__,
+        "provider": provider,
+        "intra_op_threads": threads,
+        "cpu_model": _cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    if target.kind == "cuda":
+        needle = (target.device_match or "").lower()
+        env["gpu"] = next((g for g in detect_gpu_names() if needle in g.lower()), None)
+    return env
+
+
+def measure_latency(
+    model_path: Path | str,
+    target: Target,
+    inputs: np.ndarray,
+    batch_size: int,
+    *,
+    warmup_runs: int = 20,
+    min_runs: int = 200,
+    max_runs: int = 5000,
+    max_seconds: float = 2.0,
+    rel_ci: float = 0.02,
+    torch_model: torch.nn.Module | None = None,
+    bits: int = 32,
+) -> Latency:
+    """Measure the latency of one model at one batch size on the target's hardware.
+
+    Args:
+        model_path: The ONNX file.
+        target: Where to measure; its hardware must be on this machine.
+        inputs: Real test samples, float32 of shape ``(N, *input_shape)``; rows are
+            repeated when ``N < batch_size``.
+        batch_size: Samples per run.
+        warmup_runs: Untimed runs first.
+        min_runs: Timed runs before convergence is checked.
+        max_runs: Cap on timed runs.
+        max_seconds: Cap on the time spent in timed runs.
+        rel_ci: Stop once the median's 95% CI half-width is within this fraction of it.
+        torch_model: The same model in torch, timed on CUDA only when the target is a
+            CUDA target and ONNX Runtime has no CUDA provider here.
+        bits: Precision for the torch path: 16 runs it in half precision, else float32.
+
+    Returns:
+        The measurement.
+
+    Raises:
+        TargetUnavailable: The hardware is absent, or no runtime here can use it.
+        SpecError: ``batch_size``, ``inputs`` or the run limits are unusable.
+    """
+    require_present(target)
+    if batch_size < 1 or len(inputs) == 0 or not 1 <= min_runs <= max_runs:
+        raise SpecError(
+            f"need batch_size >= 1, some inputs and 1 <= min_runs <= max_runs; got "
+            f"batch_size={batch_size}, {len(inputs)} inputs, min_runs={min_runs}, "
+            f"max_runs={max_runs}"
+        )
+    session = make_session(model_path, target.execution_providers, target.intra_op_threads)
+    provider = session.get_providers()[0]
+    wanted = target.execution_providers[0]
+    if provider == wanted:
+        run_once = _ort_runner(session, _batch(inputs, batch_size, _input_dtype(session)))
+        source = "onnxruntime"
+        env = env_fingerprint(provider, target.intra_op_threads, target)
+    elif target.kind == "cuda" and torch_model is not None and _torch_cuda_available():
+        run_once, env = _torch_cuda_runner(torch_model, _batch(inputs, batch_size), bits, target)
+        provider, source = "torch.cuda", "torch-cuda"
+    else:
+        raise TargetUnavailable(
+            f"target {target.name!r} needs ONNX Runtime's {wanted}, but this ONNX Runtime "
+            f"runs the model on {provider}. Install onnxruntime-gpu, or pass torch_model "
+            "to time the torch model on CUDA. Latency is never estimated as a fallback."
+        )
+    samples, converged = _timed_runs(
+        run_once, batch_size, warmup_runs, min_runs, max_runs, max_seconds, rel_ci
+    )
+    stats = latency_stats(samples, batch_size)
+    return Latency(**asdict(stats), converged=converged, source=source, provider=provider, env=env)
+
+
+def _timed_runs(
+    run_once: Callable[[], float],
+    batch_size: int,
+    warmup_runs: int,
+    min_runs: int,
+    max_runs: int,
+    max_seconds: float,
+    rel_ci: float,
+) -> tuple[list[float], bool]:
+    for _ in range(warmup_runs):
+        run_once()
+    samples: list[float] = []
+    deadline = time.perf_counter_ns() + int(max_seconds * 1e9)
+    while len(samples) < max_runs:
+        samples.append(run_once())
+        n = len(samples)
+        due = n >= min_runs and (n - min_runs) % _CHUNK_RUNS == 0
+        if due and latency_stats(samples, batch_size).ci_rel <= rel_ci:
+            return samples, True
+        if time.perf_counter_ns() > deadline:
+            break
+    return samples, False
+
+
+def _ort_runner(session: ort.InferenceSession, batch: np.ndarray) -> Callable[[], float]:
+    feed = {input_name(session): batch}
+
+    def run_once() -> float:
+        t0 = time.perf_counter_ns()
+        session.run(None, feed)
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    return run_once
+
+
+def _torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _torch_cuda_runner(
+    torch_model: torch.nn.Module, batch: np.ndarray, bits: int, target: Target
+) -> tuple[Callable[[], float], dict[str, Any]]:
+    import copy
+
+    import torch
+
+    dtype = torch.float16 if bits == 16 else torch.float32
+    model = copy.deepcopy(torch_model).to(device="cuda", dtype=dtype).eval()
+    x = torch.from_numpy(batch).to(device="cuda", dtype=dtype)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+
+    def run_once() -> float:
+        with torch.inference_mode():
+            start.record()
+            model(x)
+            end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    env = env_fingerprint("torch.cuda", torch.get_num_threads(), target)
+    env |= {"torch": torch.__version__, "torch_dtype": str(dtype).removeprefix("torch.")}
+    env["gpu"] = torch.cuda.get_device_name()
+    return run_once, env
+
+
+def _batch(inputs: np.ndarray, batch_size: int, dtype: type = np.float32) -> np.ndarray:
+    rows = np.arange(batch_size) % len(inputs)
+    return np.ascontiguousarray(inputs[rows], dtype=dtype)
+
+
+def _input_dtype(session: ort.InferenceSession) -> type:
+    kind = session.get_inputs()[0].type
+    if kind not in _ORT_DTYPES:
+        raise SpecError(
+            f"model input type {kind} is not supported; expected one of {sorted(_ORT_DTYPES)}"
+        )
+    return _ORT_DTYPES[kind]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

@@ -1,0 +1,279 @@
+"""Quantize stage: an fp32 ONNX model in, a 32/16/8/4-bit ONNX model out.
+
+| bits | method               | what changes                                                      |
+|------|----------------------|-------------------------------------------------------------------|
+| 32   | ``fp32``             | nothing: the file is copied                                       |
+| 16   | ``fp16``             | weights and compute in float16; inputs and outputs stay float32   |
+| 8    | ``int8-static-qdq``  | QDQ, per-channel int8 weights, uint8 activations from calibration |
+| 8    | ``int8-dynamic``     | int8 weights, activations quantized at run time                   |
+| 4    | ``int4-matmulnbits`` | weight-only ``MatMulNBits`` on MatMul/Gemm; Conv stays fp32       |
+
+Inputs and outputs of every result are float32, so callers feed the same arrays to all of them.
+Failures inside the ONNX Runtime tools become :class:`UnsupportedQuantization` (cause chained),
+so a study can record them as a failed trial and go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from automl.errors import SpecError, UnsupportedQuantization
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+SUPPORTED_BITS = (32, 16, 8, 4)
+INT8_MODES = ("static", "dynamic")
+
+# MatMulNBits blocks are powers of two of at least 16; a weight needs K >= 16 to fill one.
+_MIN_NBITS_K = 16
+_CALIBRATION_BATCH = 128
+
+
+@dataclass(frozen=True)
+class QuantizedModel:
+    """A quantized ONNX artifact.
+
+    Attributes:
+        path: The ONNX file written.
+        bits: The requested bit-width (32, 16, 8 or 4).
+        method: How it was made: ``fp32``, ``fp16``, ``int8-static-qdq``, ``int8-dynamic``
+            or ``int4-matmulnbits``.
+        size_bytes: Size of the file on disk.
+    """
+
+    path: Path
+    bits: int
+    method: str
+    size_bytes: int
+
+
+def quantize(
+    model_path: Path | str,
+    out_path: Path | str,
+    bits: int,
+    *,
+    calibration: np.ndarray | None = None,
+    int8_mode: str = "static",
+) -> QuantizedModel:
+    """Write ``model_path`` quantized to ``bits`` at ``out_path``.
+
+    Args:
+        model_path: A self-contained fp32 ONNX model (no external data) with one input.
+        out_path: Where to write the result; parent folders are created.
+        bits: 32, 16, 8 or 4.
+        calibration: Float32 samples shaped ``(N, *input_shape)``; required for 8-bit static.
+        int8_mode: ``"static"`` (QDQ, calibrated) or ``"dynamic"``; used only when ``bits`` is 8.
+
+    Returns:
+        The written model's path, bit-width, method and size.
+
+    Raises:
+        SpecError: ``int8_mode`` is unknown, or static 8-bit is asked without calibration data.
+        UnsupportedQuantization: ``bits`` is not supported, 4-bit finds no eligible MatMul/Gemm
+            weight, or an ONNX Runtime tool failed on this graph.
+    """
+    src, dst = Path(model_path), Path(out_path)
+    if bits not in SUPPORTED_BITS:
+        raise UnsupportedQuantization(
+            f"bits={bits} is not supported; choose one of {SUPPORTED_BITS}"
+        )
+    if bits == 8 and int8_mode not in INT8_MODES:
+        raise SpecError(f"int8_mode={int8_mode!r} is unknown; choose one of {INT8_MODES}")
+    if bits == 8 and int8_mode == "static" and calibration is None:
+        raise SpecError(
+            "8-bit static quantization needs calibration data: pass calibration=<float32 array "
+            "(N, *input_shape)>, or use int8_mode='dynamic'"
+        )
+    dst.parent.mkdir(parents=True, exist_ok=True)
+
+    if bits == 32:
+        shutil.copyfile(src, dst)
+        method = "fp32"
+    elif bits == 16:
+        _to_fp16(src, dst)
+        method = "fp16"
+    elif bits == 8 and int8_mode == "static":
+        _to_int8_static(src, dst, np.asarray(calibration, dtype=np.float32))
+        method = "int8-static-qdq"
+    elif bits == 8:
+        _to_int8_dynamic(src, dst)
+        method = "int8-dynamic"
+    else:
+        _to_int4(src, dst)
+        method = "int4-matmulnbits"
+
+    with _tool_failure("onnx.checker on the quantized model"):
+        onnx.checker.check_model(str(dst))
+    return QuantizedModel(path=dst, bits=bits, method=method, size_bytes=dst.stat().st_size)
+
+
+@contextmanager
+def _tool_failure(step: str) -> Iterator[None]:
+    """Re-raise any failure of a third-party tool as UnsupportedQuantization."""
+    try:
+        yield
+    # The ORT tools raise anything from AssertionError to RuntimeError on graphs they can't handle.
+    except Exception as e:
+        raise UnsupportedQuantization(f"{step} failed: {type(e).__name__}: {e}") from e
+
+
+def _to_fp16(src: Path, dst: Path) -> None:
+    from onnxconverter_common import float16
+
+    with _tool_failure("fp16 conversion"):
+        model = float16.convert_float_to_float16(onnx.load(src), keep_io_types=True)
+        onnx.save(model, dst)
+
+
+class _ArrayReader:
+    """CalibrationDataReader over an in-memory array, in fixed-size batches."""
+
+    def __init__(self, input_name: str, data: np.ndarray) -> None:
+        batches = (
+            data[i : i + _CALIBRATION_BATCH] for i in range(0, len(data), _CALIBRATION_BATCH)
+        )
+        self._feeds = iter([{input_name: b} for b in batches])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._feeds, None)
+
+
+def _input_name(model: onnx.ModelProto) -> str:
+    initializers = {i.name for i in model.graph.initializer}
+    return next(i.name for i in model.graph.input if i.name not in initializers)
+
+
+def _to_int8_static(src: Path, dst: Path, calibration: np.ndarray) -> None:
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    if calibration.ndim < 2 or len(calibration) == 0:
+        raise SpecError(
+            f"calibration must be a non-empty (N, *input_shape) array, not {calibration.shape}"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = _pre_process(src, Path(tmp) / "pre.onnx")
+        reader = _ArrayReader(_input_name(onnx.load(pre)), calibration)
+        with _tool_failure("onnxruntime quantize_static"):
+            quantize_static(
+                pre,
+                dst,
+                reader,
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                activation_type=QuantType.QUInt8,  # U8S8: the CPU EP's fast path
+            )
+
+
+def _to_int8_dynamic(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = _pre_process(src, Path(tmp) / "pre.onnx")
+        with _tool_failure("onnxruntime quantize_dynamic"):
+            quantize_dynamic(pre, dst, weight_type=QuantType.QInt8)
+
+
+def _pre_process(src: Path, dst: Path) -> Path:
+    """Shape inference and graph cleanup that ORT recommends before int8 quantization."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with _tool_failure("onnxruntime quant_pre_process"):
+        quant_pre_process(src, dst)
+    return dst
+
+
+def _to_int4(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    # Importing the module sets it to log every node at INFO.
+    logging.getLogger(MatMulNBitsQuantizer.__module__).setLevel(logging.WARNING)
+    model = _gemm_to_matmul(onnx.load(src))
+    eligible, excluded = _split_matmuls(model)
+    block_size = 32 if all(k >= 32 for k in eligible.values()) else 16
+    with _tool_failure("onnxruntime MatMulNBitsQuantizer"):
+        quantizer = MatMulNBitsQuantizer(
+            model, bits=4, block_size=block_size, is_symmetric=True, nodes_to_exclude=excluded
+        )
+        quantizer.process()
+        quantized = quantizer.model.model
+    if not any(n.op_type == "MatMulNBits" for n in quantized.graph.node):
+        raise UnsupportedQuantization(
+            "4-bit is weight-only MatMulNBits, and this graph has no eligible MatMul/Gemm "
+            f"(a constant 2-D weight with K >= {_MIN_NBITS_K}); Conv layers cannot be 4-bit"
+        )
+    onnx.save(quantized, dst)
+
+
+def _split_matmuls(model: onnx.ModelProto) -> tuple[dict[str, int], list[str]]:
+    """Name every MatMul, and split them into eligible (name → K) and excluded names."""
+    weights = {i.name: i for i in model.graph.initializer}
+    eligible: dict[str, int] = {}
+    excluded: list[str] = []
+    for index, node in enumerate(model.graph.node):
+        if node.op_type != "MatMul":
+            continue
+        node.name = node.name or f"matmul_{index}"
+        weight = weights.get(node.input[1])
+        if weight is not None and len(weight.dims) == 2 and weight.dims[0] >= _MIN_NBITS_K:
+            eligible[node.name] = weight.dims[0]
+        else:
+            excluded.append(node.name)
+    return eligible, excluded
+
+
+def _gemm_to_matmul(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Rewrite plain ``Gemm`` (torch ``Linear``) as ``MatMul`` + ``Add``, which MatMulNBits takes.
+
+    Only Gemm with alpha = beta = 1, no transA, and constant B (and C, if any) is rewritten;
+    others are kept and so stay fp32.
+    """
+    weights = {i.name: i for i in model.graph.initializer}
+    transposed: dict[str, str] = {}
+    nodes: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        plain = (
+            node.op_type == "Gemm"
+            and attrs.get("alpha", 1.0) == 1.0
+            and attrs.get("beta", 1.0) == 1.0
+            and not attrs.get("transA", 0)
+            and node.input[1] in weights
+            and (len(node.input) < 3 or not node.input[2] or node.input[2] in weights)
+        )
+        if not plain:
+            nodes.append(node)
+            continue
+        kn = node.input[1]
+        if attrs.get("transB", 0):
+            if kn not in transposed:
+                w = np.ascontiguousarray(numpy_helper.to_array(weights[kn]).T)
+                transposed[kn] = f"{kn}_kn"
+                model.graph.initializer.append(numpy_helper.from_array(w, transposed[kn]))
+            kn = transposed[kn]
+        name = node.name or f"gemm_{len(nodes)}"
+        has_bias = len(node.input) > 2 and node.input[2]
+        product = f"{node.output[0]}_matmul" if has_bias else node.output[0]
+        nodes.append(
+            helper.make_node("MatMul", [node.input[0], kn], [product], name=f"{name}_matmul")
+        )
+        if has_bias:
+            nodes.append(
+                helper.make_node(
+                    "Add", [product, node.input[2]], [node.output[0]], name=f"{name}_bias"
+                )
+            )
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes)
+    return model

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from automl.errors import SpecError, TargetUnavailable
+from automl.pipeline import latency as latency_module
+from automl.pipeline.latency import latency_stats, measure_latency
+from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+FEATURES = 64
+
+
+@pytest.fixture(scope="module")
+def onnx_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(FEATURES, 512), nn.ReLU(), nn.Linear(512, 10)).eval()
+    path = tmp_path_factory.mktemp("latency") / "mlp.onnx"
+    with warnings.catch_warnings():  # the TorchScript exporter is deprecated but plainer
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            model,
+            (torch.zeros(1, FEATURES),),
+            str(path),
+            dynamo=False,
+            input_names=["input"],
+            output_names=["logits"],
+            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        )
+    return path
+
+
+@pytest.fixture(scope="module")
+def samples() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((16, FEATURES), dtype=np.float32)
+
+
+def test_stats_on_known_samples() -> None:
+    values = np.arange(1, 101, dtype=np.float64)
+
+    stats = latency_stats(values[::-1], batch_size=4)
+
+    assert stats.p50_ms == pytest.approx(50.5)
+    assert stats.p90_ms == pytest.approx(90.1)
+    assert stats.p99_ms == pytest.approx(99.01)
+    assert stats.mean_ms == pytest.approx(50.5)
+    assert stats.cv == pytest.approx(values.std(ddof=1) / 50.5)
+    # n=100: ranks floor(50 - 9.8) = 40 and ceil(51 + 9.8) = 61.
+    assert (stats.ci_low_ms, stats.ci_high_ms) == (40.0, 61.0)
+    assert stats.ci_rel == pytest.approx(10.5 / 50.5)
+    assert stats.per_sample_ms == pytest.approx(50.5 / 4)
+    assert stats.throughput_sps == pytest.approx(4000 / 50.5)
+    assert stats.runs == 100
+
+
+def test_stats_on_constant_samples_and_tiny_n() -> None:
+    constant = latency_stats([2.0] * 10, batch_size=1)
+    single = latency_stats([3.0], batch_size=1)
+
+    assert (constant.cv, constant.ci_rel) == (0.0, 0.0)
+    assert (single.p50_ms, single.ci_low_ms, single.ci_high_ms, single.cv) == (3.0, 3.0, 3.0, 0)
+
+
+def test_stats_need_samples() -> None:
+    with pytest.raises(ValueError):
+        latency_stats([], batch_size=1)
+
+
+def test_measures_onnxruntime_on_cpu(onnx_model: Path, samples: np.ndarray) -> None:
+    cpu = load_target("cpu")
+
+    one = measure_latency(onnx_model, cpu, samples, 1, min_runs=100, max_seconds=1.0)
+    many = measure_latency(onnx_model, cpu, samples, 64, min_runs=100, max_seconds=1.0)
+
+    for lat in (one, many):
+        assert 0 < lat.p50_ms <= lat.p90_ms <= lat.p99_ms
+        assert lat.runs >= 100
+        assert lat.source == "onnxruntime"
+        assert lat.provider == "CPUExecutionProvider"
+        assert lat.env["intra_op_threads"] == 1
+        assert lat.env["target"] == "cpu"
+        json.dumps(lat.as_dict())
+    assert (one.batch_size, many.batch_size) == (1, 64)
+    assert many.p50_ms > one.p50_ms
+
+
+def test_stops_at_max_runs(onnx_model: Path, samples: np.ndarray) -> None:
+    lat = measure_latency(
+        onnx_model,
+        load_target("cpu"),
+        samples,
+        1,
+        warmup_runs=0,
+        min_runs=5,
+        max_runs=5,
+        rel_ci=0.0,
+    )
+
+    assert lat.runs == 5
+    assert not lat.converged
+
+
+def test_rejects_bad_batch_size(onnx_model: Path, samples: np.ndarray) -> None:
+    with pytest.raises(SpecError):
+        measure_latency(onnx_model, load_target("cpu"), samples, 0)
+
+
+def test_absent_gpu_raises_before_any_work(tmp_path: Path, samples: np.ndarray) -> None:
+    with pytest.raises(TargetUnavailable, match="automl worker --target a100"):
+        measure_latency(tmp_path / "missing.onnx", load_target("a100"), samples, 1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch can time on CUDA here")
+def test_gpu_without_a_cuda_runtime_raises(
+    onnx_model: Path, samples: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(latency_module, "require_present", lambda target: None)
+    model = nn.Linear(FEATURES, 10)
+
+    with pytest.raises(TargetUnavailable, match="onnxruntime-gpu"):
+        measure_latency(onnx_model, load_target("h100"), samples, 1, torch_model=model)

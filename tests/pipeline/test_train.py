@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import torch
+
+from automl.models import ArchConfig, build_model
+from automl.pipeline.train import TrainConfig, accuracy, train
+
+
+def _trained(digits, seed=0):
+    model = build_model(ArchConfig("cnn", 16, 2), digits.input_shape, digits.num_classes)
+    return train(model, digits, TrainConfig(epochs=4), seed=seed)
+
+
+def test_training_learns_digits(digits):
+    result = _trained(digits)
+    assert len(result.history) == 4
+    assert result.history[-1]["loss"] < result.history[0]["loss"]
+    assert accuracy(result.model, digits.x_test, digits.y_test) > 0.85
+
+
+def test_training_is_reproducible_with_a_seed(digits):
+    first, second = _trained(digits), _trained(digits)
+    for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_threads_are_pinned(digits):
+    model = build_model(ArchConfig("mlp", 8, 1), digits.input_shape, digits.num_classes)
+    train(model, digits, TrainConfig(epochs=1), threads=1)
+    assert torch.get_num_threads() == 1

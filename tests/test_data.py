@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from automl.data import load_dataset
+from automl.errors import DataError
+
+
+def test_digits_shapes_and_split(digits):
+    assert digits.input_shape == (1, 8, 8)
+    assert digits.num_classes == 10
+    total = len(digits.x_train) + len(digits.x_val) + len(digits.x_test)
+    assert total == 1797
+    assert digits.x_train.dtype == np.float32 and digits.y_train.dtype == np.int64
+    # stratified: every class in every split
+    for y in (digits.y_train, digits.y_val, digits.y_test):
+        assert set(np.unique(y)) == set(range(10))
+
+
+def test_split_is_deterministic_by_seed(digits):
+    again = load_dataset("digits", seed=0)
+    other = load_dataset("digits", seed=1)
+    assert np.array_equal(again.x_test, digits.x_test)
+    assert again.fingerprint == digits.fingerprint
+    assert not np.array_equal(other.x_test, digits.x_test)
+    assert other.fingerprint != digits.fingerprint
+
+
+def test_calibration_comes_from_train_not_test(digits):
+    train_rows = {row.tobytes() for row in digits.x_train}
+    test_rows = {row.tobytes() for row in digits.x_test}
+    calib_rows = {row.tobytes() for row in digits.x_calib}
+    assert len(digits.x_calib) == 128
+    assert calib_rows <= train_rows
+    assert not (calib_rows - train_rows) and not (calib_rows & (test_rows - train_rows))
+
+
+def test_standardised_with_train_statistics(digits):
+    assert abs(float(digits.x_train.mean())) < 0.05
+    assert digits.preprocessing["standardize"]["std"] > 0
+
+
+def _arrays(n_train=60, n_test=20, features=(5,), classes=3):
+    rng = np.random.default_rng(0)
+    return {
+        "x_train": rng.normal(size=(n_train, *features)).astype(np.float32),
+        "y_train": np.arange(n_train) % classes,
+        "x_test": rng.normal(size=(n_test, *features)).astype(np.float32),
+        "y_test": np.arange(n_test) % classes,
+    }
+
+
+def test_npz_without_val_gets_a_val_split(tmp_path):
+    path = tmp_path / "data.npz"
+    np.savez(path, **_arrays())
+    data = load_dataset(str(path), seed=0)
+    assert data.input_shape == (5,) and data.num_classes == 3
+    assert len(data.x_val) > 0 and len(data.x_train) + len(data.x_val) == 60
+
+
+def test_npz_with_val_keeps_it(tmp_path):
+    arrays = _arrays()
+    arrays["x_val"], arrays["y_val"] = arrays["x_test"][:6], arrays["y_test"][:6]
+    path = tmp_path / "data.npz"
+    np.savez(path, **arrays)
+    assert len(load_dataset(str(path)).x_val) == 6
+
+
+def test_plugin_dataset(tmp_path, monkeypatch):
+    module = tmp_path / "my_data_plugin.py"
+    module.write_text(
+        "import numpy as np\n"
+        "def load():\n"
+        "    x = np.ones((30, 4), dtype='float32') * np.arange(30)[:, None]\n"
+        "    y = np.arange(30) % 2\n"
+        "    return {'x_train': x, 'y_train': y, 'x_test': x[:10], 'y_test': y[:10]}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = load_dataset("my_data_plugin:load")
+    assert data.input_shape == (4,) and data.num_classes == 2
+    sys.modules.pop("my_data_plugin", None)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda a: a.pop("y_test"), "lacks arrays \\['y_test'\\]"),
+        (lambda a: a.update(y_train=a["y_train"][:-1]), "one label per sample: 60 samples"),
+        (lambda a: a.update(x_test=np.zeros((20, 6), np.float32)), "sample shape \\(6,\\)"),
+        (lambda a: a.update(y_test=a["y_test"] - 5), "non-negative integer labels"),
+    ],
+)
+def test_bad_npz_names_the_problem(tmp_path, mutate, message):
+    arrays = _arrays()
+    mutate(arrays)
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(DataError, match=message):
+        load_dataset(str(path))
+
+
+def test_bad_sources(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        load_dataset(str(tmp_path / "missing.npz"))
+    with pytest.raises(DataError, match="unknown dataset 'mnist'"):
+        load_dataset("mnist")
+    with pytest.raises(DataError, match="cannot be imported"):
+        load_dataset("no_such_module_xyz:load")
+    (tmp_path / "junk.npz").write_text("not a zip")
+    with pytest.raises(DataError, match="not a readable .npz"):
+        load_dataset(str(tmp_path / "junk.npz"))
+
+
+def test_data_root_blocks_paths_outside_it(tmp_path):
+    path = tmp_path / "data.npz"
+    np.savez(path, **_arrays())
+    root = tmp_path / "root"
+    root.mkdir()
+    with pytest.raises(DataError, match="outside the data root"):
+        load_dataset(str(root / ".." / "data.npz"), data_root=root)
