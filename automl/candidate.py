@@ -5,8 +5,44 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from automl.errors import SpecError
-from automl.models import ArchConfig
-from automl.pipeline.train import TrainConfig
+
+FAMILIES = ("mlp", "cnn", "resnet", "mobilenet")
+
+
+@dataclass(frozen=True)
+class ArchConfig:
+    """Architecture knobs: ``kernel_size`` applies to conv families, ``dropout`` to all."""
+
+    family: str
+    width: int
+    depth: int
+    kernel_size: int = 3
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise SpecError(f"unknown model family {self.family!r}; choose one of {list(FAMILIES)}")
+        if self.width < 1 or self.depth < 1:
+            raise SpecError(f"width and depth must be >= 1, got {self.width} and {self.depth}")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise SpecError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise SpecError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings; ``batch_size`` is the training batch, not the serving batch."""
+
+    epochs: int = 6
+    lr: float = 1e-2
+    weight_decay: float = 1e-4
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0 or self.batch_size < 1 or self.lr <= 0 or self.weight_decay < 0:
+            raise SpecError(f"invalid training settings: {self}")
+
 
 BITS = (32, 16, 8, 4)
 INT8_MODES = ("static", "dynamic")

@@ -133,7 +133,9 @@ def _validate(arrays: dict[str, np.ndarray], source: str) -> None:
             continue
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.ndim < 2 or x.shape[0] == 0:
-            raise DataError(f"x_{split} of {source!r} must be (N, *features) with N > 0, got {x.shape}")
+            raise DataError(
+                f"x_{split} of {source!r} must be (N, *features) with N > 0, got {x.shape}"
+            )
         if x.shape[1:] != sample_shape:
             raise DataError(
                 f"x_{split} of {source!r} has sample shape {x.shape[1:]}, x_train has {sample_shape}"

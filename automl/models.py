@@ -5,43 +5,23 @@ Every model names its output layer ``classifier`` so that pruning can leave it u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import torch
 from torch import nn
 
+from automl.candidate import ArchConfig
 from automl.errors import SpecError
 
-FAMILIES = ("mlp", "cnn", "resnet", "mobilenet")
 
-
-@dataclass(frozen=True)
-class ArchConfig:
-    """Architecture knobs: ``kernel_size`` applies to conv families, ``dropout`` to all."""
-
-    family: str
-    width: int
-    depth: int
-    kernel_size: int = 3
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise SpecError(f"unknown model family {self.family!r}; choose one of {list(FAMILIES)}")
-        if self.width < 1 or self.depth < 1:
-            raise SpecError(f"width and depth must be >= 1, got {self.width} and {self.depth}")
-        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
-            raise SpecError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise SpecError(f"dropout must be in [0, 1), got {self.dropout}")
-
-
-def build_model(arch: ArchConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+def build_model(
+    arch: ArchConfig, input_shape: tuple[int, ...], num_classes: int, *, seed: int = 0
+) -> nn.Module:
     """Build an untrained model of ``arch`` for inputs of ``input_shape`` (without batch).
 
     Args:
         arch: Family, width, depth and family-specific knobs.
         input_shape: Shape of one sample, e.g. (1, 8, 8); conv families need (C, H, W).
         num_classes: Number of output logits.
+        seed: Seed of the weight initialisation.
 
     Returns:
         A torch module whose last layer is ``classifier``.
@@ -49,6 +29,7 @@ def build_model(arch: ArchConfig, input_shape: tuple[int, ...], num_classes: int
     Raises:
         SpecError: The family cannot take this input shape.
     """
+    torch.manual_seed(seed)
     if arch.family == "mlp":
         return MLP(arch, input_shape, num_classes)
     if len(input_shape) != 3:

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from automl.candidate import TrainConfig
 from automl.models import build_model
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import export_onnx
 from automl.pipeline.latency import measure_latency
 from automl.pipeline.prune import prune
 from automl.pipeline.quantize import quantize
-from automl.pipeline.train import TrainConfig, train
+from automl.pipeline.train import train
 from automl.targets import require_present
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def run_trial(
     device = _torch_device(target)
     timings: dict[str, float] = {}
     with _timed(timings, "train"):
-        model = build_model(candidate.arch, data.input_shape, data.num_classes)
+        model = build_model(candidate.arch, data.input_shape, data.num_classes, seed=seed)
         trained = train(model, data, candidate.train, seed=seed, device=device, threads=threads)
     with _timed(timings, "prune"):
         finetune = TrainConfig(

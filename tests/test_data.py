@@ -110,7 +110,7 @@ def test_bad_sources(tmp_path):
     with pytest.raises(DataError, match="cannot be imported"):
         load_dataset("no_such_module_xyz:load")
     (tmp_path / "junk.npz").write_text("not a zip")
-    with pytest.raises(DataError, match="not a readable .npz"):
+    with pytest.raises(DataError, match=r"not a readable \.npz"):
         load_dataset(str(tmp_path / "junk.npz"))
 
 

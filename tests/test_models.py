@@ -3,8 +3,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from automl.candidate import FAMILIES, ArchConfig
 from automl.errors import SpecError
-from automl.models import FAMILIES, ArchConfig, build_model
+from automl.models import build_model
 
 
 @pytest.mark.parametrize("family", FAMILIES)

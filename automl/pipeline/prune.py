@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import torch
 import torch_pruning as tp
 
+from automl.candidate import TrainConfig
 from automl.errors import SpecError
-from automl.pipeline.train import TrainConfig, train
+from automl.pipeline.train import train
 
 if TYPE_CHECKING:
     from torch import nn

@@ -195,10 +195,16 @@ def _pre_process(src: Path, dst: Path) -> Path:
 
 
 def _to_int4(src: Path, dst: Path) -> None:
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-    # Importing the module sets it to log every node at INFO.
+    # The module calls logging.basicConfig(level=INFO) on import; a placeholder root handler
+    # makes that a no-op, and its own logger, which reports every node at INFO, is quieted.
+    placeholder = logging.NullHandler()
+    logging.getLogger().addHandler(placeholder)
+    try:
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    finally:
+        logging.getLogger().removeHandler(placeholder)
     logging.getLogger(MatMulNBitsQuantizer.__module__).setLevel(logging.WARNING)
+
     model = _gemm_to_matmul(onnx.load(src))
     eligible, excluded = _split_matmuls(model)
     block_size = 32 if all(k >= 32 for k in eligible.values()) else 16

@@ -9,24 +9,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from automl.errors import SpecError
+from automl.candidate import TrainConfig
 
 if TYPE_CHECKING:
     from automl.data import Dataset
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Training settings; ``batch_size`` is the training batch, not the serving batch."""
-
-    epochs: int = 6
-    lr: float = 1e-2
-    weight_decay: float = 1e-4
-    batch_size: int = 32
-
-    def __post_init__(self) -> None:
-        if self.epochs < 0 or self.batch_size < 1 or self.lr <= 0 or self.weight_decay < 0:
-            raise SpecError(f"invalid training settings: {self}")
 
 
 @dataclass(frozen=True)
@@ -63,7 +49,9 @@ def train(
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model.to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(config.epochs, 1))
     x = torch.from_numpy(data.x_train)
     y = torch.from_numpy(data.y_train)

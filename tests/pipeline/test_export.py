@@ -4,7 +4,8 @@ import onnx
 import pytest
 import torch
 
-from automl.models import FAMILIES, ArchConfig, build_model
+from automl.candidate import FAMILIES, ArchConfig
+from automl.models import build_model
 from automl.pipeline._ort import make_session
 from automl.pipeline.export import export_onnx
 

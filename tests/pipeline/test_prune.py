@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import pytest
 
+from automl.candidate import FAMILIES, ArchConfig, TrainConfig
 from automl.errors import SpecError
-from automl.models import FAMILIES, ArchConfig, build_model
+from automl.models import build_model
 from automl.pipeline.export import export_onnx
 from automl.pipeline.prune import prune
-from automl.pipeline.train import TrainConfig, accuracy, train
+from automl.pipeline.train import accuracy, train
 
 
 @pytest.mark.parametrize("family", FAMILIES)

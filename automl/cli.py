@@ -1,0 +1,189 @@
+"""The ``automl`` command line. Heavy imports wait inside commands so ``--help`` stays light."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from automl.errors import AutomlError, TargetUnavailable
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+app = typer.Typer(help="Hardware-aware model-optimization search.", no_args_is_help=True)
+study_app = typer.Typer(help="Create, run and inspect studies.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
+console = Console()
+err = Console(stderr=True)
+
+StorageOpt = Annotated[
+    str | None, typer.Option("--storage", help="SQLAlchemy URL [env AUTOML_STORAGE].")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _storage(url: str | None) -> BaseStorage:
+    from automl.settings import get_settings
+    from automl.storage import open_storage
+
+    settings = get_settings()
+    return open_storage(url or settings.storage, settings)
+
+
+def _fail(error: Exception) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {error}", highlight=False)
+    return typer.Exit(code=2 if not isinstance(error, TargetUnavailable) else 3)
+
+
+def _print_json(value: object) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str))
+
+
+@app.command("targets")
+def targets_cmd(as_json: JsonOpt = False) -> None:
+    """List the known targets and mark those present on this machine."""
+    from automl.render import targets_table
+    from automl.targets import is_present, list_targets
+
+    rows = [(t, is_present(t)) for t in list_targets()]
+    if as_json:
+        _print_json([{"name": t.name, "kind": t.kind, "present": p} for t, p in rows])
+    else:
+        console.print(targets_table(rows))
+
+
+@study_app.command("start")
+def start(
+    spec_file: Annotated[Path | None, typer.Argument(help="Study spec YAML.")] = None,
+    name: Annotated[str | None, typer.Option(help="Study name.")] = None,
+    target: Annotated[str | None, typer.Option(help="Target device, e.g. cpu or a100.")] = None,
+    space: Annotated[str | None, typer.Option(help="Search space name or YAML path.")] = None,
+    dataset: Annotated[str | None, typer.Option(help="digits, an .npz path or module:fn.")] = None,
+    n_trials: Annotated[int | None, typer.Option(help="COMPLETE trials to reach.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    sampler: Annotated[str | None, typer.Option(help="default, tpe, nsga2, random or gp.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of data, training and sampler.")] = None,
+    storage: StorageOpt = None,
+    jobs: Annotated[int, typer.Option(help="Local worker processes.", min=1)] = 1,
+    detach: Annotated[bool, typer.Option(help="Only create the study, for workers.")] = False,
+) -> None:
+    """Create (or resume) a study and run it here, ending with the Pareto front."""
+    from automl.runner import run_local
+    from automl.spec import load_spec, parse_spec
+    from automl.studies import create_study
+    from automl.targets import load_target, require_present
+
+    overrides = {
+        "name": name, "target": target, "search_space": space, "dataset": dataset,
+        "n_trials": n_trials, "timeout_s": timeout, "sampler": sampler, "seed": seed,
+    }  # fmt: skip
+    try:
+        if spec_file is not None:
+            spec = load_spec(spec_file, **overrides)
+        else:
+            spec = parse_spec({k: v for k, v in overrides.items() if v is not None})
+        if not detach:
+            require_present(load_target(spec.target))
+        store = _storage(storage)
+        create_study(spec, store)
+    except AutomlError as e:
+        raise _fail(e) from None
+    if detach:
+        console.print(f"Created study [bold]{spec.name}[/]. Run trials on a {spec.target} host:")
+        console.print(f"  automl worker --target {spec.target} --storage URL --studies {spec.name}")
+        return
+    run_local(spec.name, store, storage_url=storage, jobs=jobs, console=console)
+
+
+@study_app.command("list")
+def list_cmd(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """List the studies in the storage with their state and progress."""
+    from automl.render import studies_table
+    from automl.studies import list_studies
+
+    infos = list_studies(_storage(storage))
+    if as_json:
+        _print_json([i.as_dict() for i in infos])
+    else:
+        console.print(studies_table(infos))
+
+
+@study_app.command("show")
+def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """Spec, progress, and failures with their reasons."""
+    from automl.render import study_panel
+    from automl.studies import get_study
+
+    try:
+        info = get_study(name, _storage(storage))
+    except AutomlError as e:
+        raise _fail(e) from None
+    if as_json:
+        _print_json(info.as_dict())
+    else:
+        console.print(study_panel(info))
+
+
+@study_app.command("pareto")
+def pareto(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """The Pareto front: non-dominated feasible trials."""
+    from automl.render import front_table
+    from automl.studies import load, pareto_front
+
+    try:
+        store = _storage(storage)
+        front = pareto_front(name, store)
+        _, spec = load(name, store)
+    except AutomlError as e:
+        raise _fail(e) from None
+    if as_json:
+        _print_json([{k: v for k, v in t.items() if k != "user_attrs"} for t in front])
+    else:
+        console.print(front_table(front, spec))
+
+
+@study_app.command("export")
+def export(
+    name: str,
+    out: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx.")],
+    trial: Annotated[int | None, typer.Option(help="Trial number.")] = None,
+    best: Annotated[str | None, typer.Option(help="Best Pareto trial on this metric.")] = None,
+    budget: Annotated[
+        str | None, typer.Option(help="With --best, e.g. 'latency_p99_ms <= 2'.")
+    ] = None,
+    storage: StorageOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a trial's ONNX model and its model.json sidecar."""
+    from automl.exports import choose_trial, export_model
+    from automl.settings import get_settings
+    from automl.storage import open_artifact_store
+
+    if (trial is None) == (best is None):
+        raise _fail(AutomlError("give exactly one of --trial N or --best METRIC"))
+    try:
+        store = _storage(storage)
+        number = trial if trial is not None else choose_trial(name, store, best, budget)
+        sidecar = export_model(name, store, open_artifact_store(get_settings()), number, out)
+    except AutomlError as e:
+        raise _fail(e) from None
+    if as_json:
+        _print_json(sidecar)
+    else:
+        console.print(f"Wrote trial {number} to {out} and {out.with_suffix('.json')}")
+
+
+@study_app.command("stop")
+def stop(name: str, storage: StorageOpt = None) -> None:
+    """Ask every worker of the study to stop after its running trial."""
+    from automl.studies import request_stop
+
+    try:
+        request_stop(name, _storage(storage))
+    except AutomlError as e:
+        raise _fail(e) from None
+    console.print(f"Stop requested for {name}: workers finish their running trial, then exit.")

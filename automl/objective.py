@@ -1,0 +1,84 @@
+"""The Optuna objective: one trial of a study, recorded in attrs, constraints and artifacts."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from automl.data import Dataset, load_dataset
+from automl.space import load_space
+from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import optuna
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from automl.spec import StudySpec
+
+FAIL_REASON = "fail_reason"
+ARTIFACT_ID = "artifact_id"
+
+
+@lru_cache(maxsize=4)
+def cached_dataset(source: str, seed: int, data_root: Path | None) -> Dataset:
+    """Load a dataset once per process."""
+    return load_dataset(source, seed=seed, data_root=data_root)
+
+
+@dataclass
+class StudyObjective:
+    """Callable objective for ``study.optimize``; failures become FAIL with their reason."""
+
+    spec: StudySpec
+    artifact_store: FileSystemArtifactStore
+    data_root: Path | None = None
+    threads: int = 1
+
+    def __call__(self, trial: optuna.Trial) -> list[float]:
+        try:
+            return self._run(trial)
+        except Exception as e:
+            # Recorded for `study show` and the API; Optuna then marks the trial FAIL.
+            trial.set_user_attr(FAIL_REASON, f"{type(e).__name__}: {e}")
+            raise
+
+    def _run(self, trial: optuna.Trial) -> list[float]:
+        from optuna.artifacts import upload_artifact
+
+        from automl.trial import run_trial
+
+        space = load_space(self.spec.search_space)
+        target = load_target(self.spec.target)
+        candidate = space.suggest(trial)
+        trial.set_user_attr("candidate", candidate.as_dict())
+        data = cached_dataset(self.spec.dataset, self.spec.seed, self.data_root)
+        with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
+            outcome = run_trial(
+                candidate, target, data, workdir, seed=self.spec.seed, threads=self.threads
+            )
+            artifact_id = upload_artifact(
+                artifact_store=self.artifact_store,
+                file_path=str(outcome.artifact),
+                study_or_trial=trial,
+                mimetype="application/octet-stream",
+            )
+        for key, value in outcome.metrics.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("timings", outcome.timings)
+        trial.set_user_attr("latency", outcome.latency)
+        trial.set_user_attr("latency_source", "measured")
+        trial.set_user_attr("env", outcome.env)
+        trial.set_user_attr("history", outcome.history)
+        trial.set_user_attr("preprocessing", data.preprocessing)
+        trial.set_user_attr(ARTIFACT_ID, artifact_id)
+        for constraint in self.spec.constraints:
+            violation = constraint.violation(outcome.metrics)
+            trial.set_constraint(str(constraint), violation)
+        trial.set_user_attr("feasible", all(
+            c.violation(outcome.metrics) <= 0 for c in self.spec.constraints
+        ))  # fmt: skip
+        return [outcome.metrics[o.metric] for o in self.spec.objectives]

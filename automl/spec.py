@@ -1,0 +1,173 @@
+"""The study spec: what to search, where to measure, and what to optimise."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from automl.errors import SpecError
+
+# metric → natural direction; every trial records all of them as user attrs.
+METRICS: dict[str, Literal["maximize", "minimize"]] = {
+    "accuracy": "maximize",
+    "latency_p50_ms": "minimize",
+    "latency_p90_ms": "minimize",
+    "latency_p99_ms": "minimize",
+    "latency_per_sample_ms": "minimize",
+    "throughput_sps": "maximize",
+    "size_mb": "minimize",
+    "params": "minimize",
+    "macs": "minimize",
+}
+SAMPLERS = ("default", "tpe", "nsga2", "random", "gp")
+_CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class Objective(BaseModel):
+    """One objective; the direction defaults to the metric's natural one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: str
+    direction: Literal["maximize", "minimize"] | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, metric: str) -> str:
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; allowed: {list(METRICS)}")
+        return metric
+
+    @model_validator(mode="after")
+    def _direction(self) -> Objective:
+        if self.direction is None:
+            object.__setattr__(self, "direction", METRICS[self.metric])
+        return self
+
+
+class Constraint(BaseModel):
+    """``metric <= bound`` or ``metric >= bound``; Optuna feasibility is ``value <= 0``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: str
+    op: Literal["<=", ">="]
+    bound: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        match = _CONSTRAINT.match(value)
+        if not match:
+            raise ValueError(f"constraint {value!r} must look like 'latency_p99_ms <= 2'")
+        return {"metric": match[1], "op": match[2], "bound": float(match[3])}
+
+    @model_validator(mode="after")
+    def _possible(self) -> Constraint:
+        if self.metric not in METRICS:
+            raise ValueError(f"unknown metric {self.metric!r}; allowed: {list(METRICS)}")
+        low, high = (0.0, 1.0) if self.metric == "accuracy" else (0.0, float("inf"))
+        if (self.op == "<=" and self.bound <= low) or (self.op == ">=" and self.bound > high):
+            raise ValueError(
+                f"constraint '{self}' can never hold: {self.metric} lies in [{low}, {high}]"
+            )
+        return self
+
+    def violation(self, metrics: dict[str, float]) -> float:
+        """Optuna constraint value: how far ``metrics`` are from feasibility (≤ 0 is feasible)."""
+        value = metrics[self.metric]
+        return value - self.bound if self.op == "<=" else self.bound - value
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.bound:g}"
+
+
+def _default_objectives() -> list[Objective]:
+    return [Objective(metric="accuracy"), Objective(metric="latency_per_sample_ms")]
+
+
+def _default_constraints() -> list[Constraint]:
+    return [Constraint(metric="latency_p99_ms", op="<=", bound=5.0)]
+
+
+class StudySpec(BaseModel):
+    """Everything a study needs; shared by the CLI, the API and the workers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str | None = None
+    target: str = "cpu"
+    search_space: str = "digits-mixed"
+    dataset: str = "digits"
+    n_trials: int | None = Field(default=24, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+    sampler: Literal["default", "tpe", "nsga2", "random", "gp"] = "default"
+    seed: int = 0
+    objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
+    constraints: list[Constraint] = Field(default_factory=_default_constraints)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str | None) -> str | None:
+        if name is not None and not _NAME.match(name):
+            raise ValueError(
+                "must be 1-100 letters, digits, '_', '.' or '-', starting alphanumeric"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _checks(self) -> StudySpec:
+        metrics = [o.metric for o in self.objectives]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"objectives repeat a metric: {metrics}")
+        if self.n_trials is None and self.timeout_s is None:
+            raise ValueError("set n_trials or timeout_s, or the study never ends")
+        if self.name is None:
+            object.__setattr__(self, "name", f"{self.search_space}-{self.target}")
+        return self
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Objective names in order, for ``study.set_metric_names``."""
+        return [o.metric for o in self.objectives]
+
+    @property
+    def directions(self) -> list[str]:
+        """Objective directions in order."""
+        return [o.direction for o in self.objectives]
+
+    def comparable(self) -> dict:
+        """The parts that must match when a study is resumed (budget may change)."""
+        return self.model_dump(mode="json", exclude={"n_trials", "timeout_s"})
+
+
+def parse_spec(values: dict) -> StudySpec:
+    """Validate a spec from plain values.
+
+    Raises:
+        SpecError: Names each bad field and what is allowed.
+    """
+    try:
+        return StudySpec.model_validate(values)
+    except ValidationError as e:
+        details = "\n".join(
+            f"  {'.'.join(str(p) for p in item['loc']) or '(spec)'}: {item['msg']}"
+            for item in e.errors()
+        )
+        raise SpecError(f"invalid study spec:\n{details}") from e
+
+
+def load_spec(path: Path | str, **overrides: object) -> StudySpec:
+    """Load a spec from a YAML or JSON file, then apply non-None ``overrides``."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"cannot read study spec {str(path)!r}: {e}") from e
+    if not isinstance(raw, dict):
+        raise SpecError(f"study spec {str(path)!r} must be a mapping of fields")
+    return parse_spec({**raw, **{k: v for k, v in overrides.items() if v is not None}})

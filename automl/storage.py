@@ -1,0 +1,69 @@
+"""Optuna storage and artifact store construction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from automl.errors import SpecError
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from automl.settings import Settings
+
+
+def open_storage(url: str, settings: Settings) -> optuna.storages.RDBStorage:
+    """Open an Optuna RDB storage for any SQLAlchemy URL.
+
+    SQLite files get their folder created and a lock timeout suited to several local processes;
+    server databases get ``pool_pre_ping`` and a small pool.
+
+    Args:
+        url: SQLAlchemy URL, e.g. ``sqlite:///studies/automl.db`` or ``postgresql+psycopg://…``.
+        settings: Pool, timeout and heartbeat settings. Trials send heartbeats; a trial whose
+            worker died is failed after the grace period and re-queued with the same params
+            up to ``max_retry`` times (the retry history is in its system attrs).
+
+    Raises:
+        SpecError: The URL is malformed.
+    """
+    import optuna
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise SpecError(f"invalid storage URL {url!r}: {e}") from e
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs: dict = {"connect_args": {"timeout": settings.sqlite_timeout_s}}
+    else:
+        if parsed.drivername == "postgresql":
+            url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+        engine_kwargs = {
+            "pool_pre_ping": True,
+            "pool_size": settings.pool_size,
+            "max_overflow": settings.max_overflow,
+        }
+    return optuna.storages.RDBStorage(
+        url,
+        engine_kwargs=engine_kwargs,
+        heartbeat_interval=settings.heartbeat_interval_s,
+        grace_period=settings.grace_period_s,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+            max_retry=settings.max_retry
+        ),
+    )
+
+
+def open_artifact_store(settings: Settings) -> FileSystemArtifactStore:
+    """The filesystem artifact store under ``settings.artifacts_dir``, created if missing."""
+    from optuna.artifacts import FileSystemArtifactStore
+
+    settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(str(settings.artifacts_dir))

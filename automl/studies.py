@@ -1,0 +1,224 @@
+"""The study service: the functions that the CLI, the API and the workers all call."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+import optuna
+
+from automl.errors import AutomlError, SpecError
+from automl.objective import ARTIFACT_ID, FAIL_REASON
+from automl.space import load_space
+from automl.spec import METRICS, StudySpec, parse_spec
+from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+SPEC_ATTR = "automl_spec"
+STOP_ATTR = "stop_requested"
+LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
+_STATES = ("COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED")
+
+
+class StudyNotFound(AutomlError, KeyError):
+    """No study of that name exists in the storage."""
+
+    def __str__(self) -> str:
+        return f"no study named {self.args[0]!r}; `automl study list` shows the existing ones"
+
+
+class TrialNotFound(AutomlError, KeyError):
+    """The study has no such trial, or it has no model."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """A study as users see it: spec, state and progress."""
+
+    name: str
+    spec: dict
+    state: str
+    counts: dict[str, int]
+    n_trials: int | None
+    created_at: str | None = None
+    eta_s: float | None = None
+    failures: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """Plain JSON-able form."""
+        return asdict(self)
+
+
+def create_study(spec: StudySpec, storage: BaseStorage) -> optuna.Study:
+    """Create the study for ``spec``, or return the existing one with the same spec.
+
+    Validates the search space against the target first, so that nothing runs on bad input.
+
+    Raises:
+        SpecError: The space or target is invalid, or a study of that name has another spec.
+    """
+    target = load_target(spec.target)
+    load_space(spec.search_space).check_target(target)
+    stored = _stored_spec(storage, spec.name)
+    if stored is not None:
+        if stored.comparable() != spec.comparable():
+            raise SpecError(_spec_mismatch(spec.name, stored, spec))
+        study = optuna.load_study(study_name=spec.name, storage=storage)
+        study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
+        study.set_user_attr(STOP_ATTR, False)
+        return study
+    study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
+    study.set_metric_names(spec.metric_names)
+    study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
+    study.set_user_attr("target", target.name)
+    study.set_user_attr("search_space", spec.search_space)
+    study.set_user_attr("dataset", spec.dataset)
+    study.set_user_attr("constraints", [str(c) for c in spec.constraints])
+    study.set_user_attr("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    study.set_user_attr(STOP_ATTR, False)
+    return study
+
+
+def _spec_mismatch(name: str, stored: StudySpec, new: StudySpec) -> str:
+    old, now = stored.comparable(), new.comparable()
+    fields = sorted(k for k in old if old[k] != now.get(k))
+    return (
+        f"study {name!r} already exists with a different spec (fields {fields} differ). "
+        "Resume it with the same spec, or choose another --name."
+    )
+
+
+def _stored_spec(storage: BaseStorage, name: str) -> StudySpec | None:
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+    attrs = storage.get_study_user_attrs(study_id)
+    if SPEC_ATTR not in attrs:
+        raise SpecError(f"study {name!r} exists but was not created by automl")
+    return parse_spec(attrs[SPEC_ATTR])
+
+
+def load(name: str, storage: BaseStorage) -> tuple[optuna.Study, StudySpec]:
+    """Open an automl study and its spec.
+
+    Raises:
+        StudyNotFound: No such study.
+    """
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError as e:
+        raise StudyNotFound(name) from e
+    if SPEC_ATTR not in study.user_attrs:
+        raise SpecError(f"study {name!r} exists but was not created by automl")
+    return study, parse_spec(study.user_attrs[SPEC_ATTR])
+
+
+def count_states(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    """Number of trials per state name."""
+    counts = dict.fromkeys(_STATES, 0)
+    for trial in trials:
+        counts[trial.state.name] += 1
+    return counts
+
+
+def study_state(spec: StudySpec, counts: dict[str, int], stop_requested: bool) -> str:
+    """queued, running, done, stopped or failed, from the counts and the stop flag."""
+    if spec.n_trials is not None and counts["COMPLETE"] >= spec.n_trials:
+        return "done"
+    if counts["RUNNING"]:
+        return "running"
+    if stop_requested:
+        return "stopped"
+    if counts["FAIL"] >= fail_cap(spec):
+        return "failed"
+    return "queued"
+
+
+def fail_cap(spec: StudySpec) -> int:
+    """How many failed trials end a study: a space that keeps failing must not spin forever."""
+    return max(2 * (spec.n_trials or 0), 10)
+
+
+def get_study(name: str, storage: BaseStorage) -> StudyInfo:
+    """Spec, state, counts per trial state, ETA and failures with reasons."""
+    study, spec = load(name, storage)
+    trials = study.get_trials(deepcopy=False)
+    counts = count_states(trials)
+    state = study_state(spec, counts, bool(study.user_attrs.get(STOP_ATTR)))
+    failures = [
+        {
+            "number": t.number,
+            "reason": t.user_attrs.get(FAIL_REASON, LOST_WORKER),
+            "params": t.params,
+        }
+        for t in trials
+        if t.state.name == "FAIL"
+    ]
+    return StudyInfo(
+        name=name,
+        spec=spec.model_dump(mode="json"),
+        state=state,
+        counts=counts,
+        n_trials=spec.n_trials,
+        created_at=study.user_attrs.get("created_at"),
+        eta_s=_eta(trials, spec, counts) if state == "running" else None,
+        failures=failures,
+    )
+
+
+def _eta(trials: list[optuna.trial.FrozenTrial], spec: StudySpec, counts: dict) -> float | None:
+    done = [t for t in trials if t.datetime_complete and t.datetime_start]
+    if not done or spec.n_trials is None:
+        return None
+    mean_s = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done) / len(done)
+    parallel = max(counts["RUNNING"], 1)
+    return max(spec.n_trials - counts["COMPLETE"], 0) * mean_s / parallel
+
+
+def list_studies(storage: BaseStorage) -> list[StudyInfo]:
+    """Every automl study in the storage, oldest first."""
+    names = [
+        s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)
+    ]
+    infos = []
+    for name in names:
+        try:
+            infos.append(get_study(name, storage))
+        except SpecError:
+            continue  # a plain Optuna study that shares the storage
+    return infos
+
+
+def request_stop(name: str, storage: BaseStorage) -> None:
+    """Ask every worker of the study to stop after its running trial."""
+    study, _ = load(name, storage)
+    study.set_user_attr(STOP_ATTR, True)
+
+
+def pareto_front(name: str, storage: BaseStorage) -> list[dict]:
+    """The non-dominated feasible trials with objective values, params and metrics."""
+    study, spec = load(name, storage)
+    return [trial_record(t, spec) for t in sorted(study.best_trials, key=lambda t: t.number)]
+
+
+def trial_record(trial: optuna.trial.FrozenTrial, spec: StudySpec) -> dict:
+    """A trial as a plain record: values by metric name, params, metrics and its model id."""
+    values = dict(zip(spec.metric_names, trial.values or [], strict=False))
+    return {
+        "number": trial.number,
+        "state": trial.state.name,
+        "values": values,
+        "params": trial.params,
+        "metrics": {k: trial.user_attrs[k] for k in METRICS if k in trial.user_attrs},
+        "feasible": trial.user_attrs.get("feasible"),
+        "artifact_id": trial.user_attrs.get(ARTIFACT_ID),
+        "fail_reason": trial.user_attrs.get(FAIL_REASON),
+        "user_attrs": trial.user_attrs,
+    }

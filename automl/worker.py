@@ -1,0 +1,131 @@
+"""The trial loop shared by `automl study start`, `automl serve --workers` and `automl worker`.
+
+Optuna's storage is the queue: a loop starts a trial only while fewer than ``n_trials`` are
+COMPLETE or RUNNING, so concurrent workers stop at exactly ``n_trials`` COMPLETE.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import optuna
+
+from automl.objective import StudyObjective
+from automl.studies import STOP_ATTR, count_states, fail_cap, load
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna.storages import BaseStorage
+
+    from automl.settings import Settings
+
+logger = logging.getLogger("automl.worker")
+
+
+class GracefulStop:
+    """SIGINT/SIGTERM ask the loop to stop after the running trial; a second SIGINT aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def install(self) -> GracefulStop:
+        """Install the handlers (main thread only)."""
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+        logger.warning("stop requested: finishing the running trial, then exiting")
+
+
+@dataclass
+class LoopResult:
+    """What one loop did and why it ended."""
+
+    ran: int
+    reason: str
+
+
+def run_study_loop(
+    name: str,
+    storage: BaseStorage,
+    *,
+    artifact_store: FileSystemArtifactStore,
+    settings: Settings,
+    stop: GracefulStop | None = None,
+    max_trials: int | None = None,
+    threads: int = 1,
+    poll_s: float = 1.0,
+    on_trial_end: Callable[[optuna.Study], None] | None = None,
+) -> LoopResult:
+    """Run trials of study ``name`` until it is done, stopped, timed out or out of budget.
+
+    Args:
+        name: The study.
+        storage: Its storage.
+        artifact_store: Where trial models go.
+        settings: Data root and related settings.
+        stop: Signal-driven stop flag.
+        max_trials: Trials this loop may run at most.
+        threads: Torch threads for training.
+        poll_s: Wait between checks while other workers hold the remaining trials.
+        on_trial_end: Called after each trial, e.g. to refresh a progress display.
+
+    Returns:
+        How many trials this loop ran and why it stopped.
+    """
+    study, spec = load(name, storage)
+    objective = StudyObjective(spec, artifact_store, settings.data_root, threads)
+    deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
+    ran = 0
+    while True:
+        reason = _stop_reason(study, spec, stop, deadline, ran, max_trials)
+        if reason == "wait":
+            time.sleep(poll_s)
+            continue
+        if reason:
+            return LoopResult(ran=ran, reason=reason)
+        logger.info("study %s: starting a trial on %s", name, spec.target)
+        study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
+        ran += 1
+        if on_trial_end is not None:
+            on_trial_end(study)
+
+
+def _stop_reason(study, spec, stop, deadline, ran, max_trials) -> str | None:
+    if stop is not None and stop.requested:
+        return "signal"
+    if study._storage.get_study_user_attrs(study._study_id).get(STOP_ATTR):
+        return "stopped"
+    if deadline is not None and time.monotonic() >= deadline:
+        return "timeout"
+    if max_trials is not None and ran >= max_trials:
+        return "max-trials"
+    reap_stale_trials(study)
+    counts = count_states(study.get_trials(deepcopy=False))
+    if counts["FAIL"] >= fail_cap(spec):
+        return "too-many-failures"
+    if spec.n_trials is None:
+        return None
+    if counts["COMPLETE"] >= spec.n_trials:
+        return "done"
+    if counts["COMPLETE"] + counts["RUNNING"] >= spec.n_trials:
+        return "wait"
+    return None
+
+
+def reap_stale_trials(study: optuna.Study) -> None:
+    """Fail RUNNING trials whose heartbeat is stale (a no-op without heartbeats)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
