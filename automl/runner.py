@@ -36,8 +36,8 @@ def run_local(
     stop = GracefulStop().install()
     context = multiprocessing.get_context("spawn")
     helpers = [
-        context.Process(target=_worker_process, args=(name, url), daemon=False)
-        for _ in range(jobs - 1)
+        context.Process(target=_worker_process, args=(name, url, index), daemon=False)
+        for index in range(1, jobs)
     ]
     for process in helpers:
         process.start()
@@ -60,7 +60,7 @@ def run_local(
     console.print(front_table(pareto_front(name, storage), spec))
 
 
-def _worker_process(name: str, url: str) -> None:
+def _worker_process(name: str, url: str, index: int) -> None:
     settings = get_settings()
     run_study_loop(
         name,
@@ -68,6 +68,7 @@ def _worker_process(name: str, url: str) -> None:
         artifact_store=open_artifact_store(settings),
         settings=settings,
         stop=GracefulStop().install(),
+        sampler_offset=index,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,15 +51,17 @@ def open_storage(url: str, settings: Settings) -> optuna.storages.RDBStorage:
             "pool_size": settings.pool_size,
             "max_overflow": settings.max_overflow,
         }
-    return optuna.storages.RDBStorage(
-        url,
-        engine_kwargs=engine_kwargs,
-        heartbeat_interval=settings.heartbeat_interval_s,
-        grace_period=settings.grace_period_s,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-            max_retry=settings.max_retry
-        ),
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=settings.heartbeat_interval_s,
+            grace_period=settings.grace_period_s,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=settings.max_retry
+            ),
+        )
 
 
 def open_artifact_store(settings: Settings) -> FileSystemArtifactStore:

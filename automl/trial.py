@@ -101,6 +101,7 @@ def run_trial(
             num_classes=data.num_classes,
             providers=target.execution_providers,
             intra_op_threads=target.intra_op_threads,
+            batch_size=candidate.batch_size,  # dynamic int8 scales depend on the batch
         )
     with _timed(timings, "latency"):
         latency = measure_latency(

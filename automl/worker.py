@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from automl.objective import StudyObjective
+from automl.samplers import make_sampler
 from automl.studies import STOP_ATTR, count_states, fail_cap, load
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ def run_study_loop(
     stop: GracefulStop | None = None,
     max_trials: int | None = None,
     threads: int = 1,
+    sampler_offset: int = 0,
     poll_s: float = 1.0,
     on_trial_end: Callable[[optuna.Study], None] | None = None,
 ) -> LoopResult:
@@ -78,13 +80,18 @@ def run_study_loop(
         stop: Signal-driven stop flag.
         max_trials: Trials this loop may run at most.
         threads: Torch threads for training.
+        sampler_offset: Added to the spec's seed, so that parallel workers draw differently.
         poll_s: Wait between checks while other workers hold the remaining trials.
         on_trial_end: Called after each trial, e.g. to refresh a progress display.
 
     Returns:
         How many trials this loop ran and why it stopped.
     """
-    study, spec = load(name, storage)
+    existing, spec = load(name, storage)
+    # A resumed study must not replay the draws of its first run: shift the seed by history.
+    offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
+    sampler = make_sampler(spec.sampler, spec.seed + offset)
+    study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     objective = StudyObjective(spec, artifact_store, settings.data_root, threads)
     deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
     ran = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,16 +51,18 @@ def export_onnx(
     path.parent.mkdir(parents=True, exist_ok=True)
     model = model.cpu().eval()
     inputs = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
-    torch.onnx.export(
-        model,
-        (inputs[:1],),
-        str(path),
-        dynamo=False,
-        input_names=[INPUT_NAME],
-        output_names=[OUTPUT_NAME],
-        dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-        opset_version=OPSET,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the plainer TorchScript exporter
+        torch.onnx.export(
+            model,
+            (inputs[:1],),
+            str(path),
+            dynamo=False,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            opset_version=OPSET,
+        )
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except onnx.checker.ValidationError as e:

@@ -79,7 +79,8 @@ def quantize(
         The written model's path, bit-width, method and size.
 
     Raises:
-        SpecError: ``int8_mode`` is unknown, or static 8-bit is asked without calibration data.
+        SpecError: ``int8_mode`` is unknown, static 8-bit is asked without calibration data, or
+            ``calibration`` is empty or not batched.
         UnsupportedQuantization: ``bits`` is not supported, 4-bit finds no eligible MatMul/Gemm
             weight, or an ONNX Runtime tool failed on this graph.
     """
@@ -95,6 +96,12 @@ def quantize(
             "8-bit static quantization needs calibration data: pass calibration=<float32 array "
             "(N, *input_shape)>, or use int8_mode='dynamic'"
         )
+    if calibration is not None:
+        calibration = np.asarray(calibration, dtype=np.float32)
+        if calibration.ndim < 2 or len(calibration) == 0:
+            raise SpecError(
+                f"calibration must be a non-empty (N, *input_shape) array, not {calibration.shape}"
+            )
     dst.parent.mkdir(parents=True, exist_ok=True)
 
     if bits == 32:
@@ -104,7 +111,7 @@ def quantize(
         _to_fp16(src, dst)
         method = "fp16"
     elif bits == 8 and int8_mode == "static":
-        _to_int8_static(src, dst, np.asarray(calibration, dtype=np.float32))
+        _to_int8_static(src, dst, calibration)
         method = "int8-static-qdq"
     elif bits == 8:
         _to_int8_dynamic(src, dst)
@@ -157,10 +164,6 @@ def _input_name(model: onnx.ModelProto) -> str:
 def _to_int8_static(src: Path, dst: Path, calibration: np.ndarray) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    if calibration.ndim < 2 or len(calibration) == 0:
-        raise SpecError(
-            f"calibration must be a non-empty (N, *input_shape) array, not {calibration.shape}"
-        )
     with tempfile.TemporaryDirectory() as tmp:
         pre = _pre_process(src, Path(tmp) / "pre.onnx")
         reader = _ArrayReader(_input_name(onnx.load(pre)), calibration)

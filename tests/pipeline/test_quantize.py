@@ -219,9 +219,13 @@ def test_unsupported_bits(fp32_models, tmp_path):
         quantize(fp32_models["mlp"], tmp_path / "q3.onnx", 3)
 
 
-def test_static_int8_needs_calibration(fp32_models, tmp_path):
-    with pytest.raises(SpecError, match="needs calibration data"):
-        quantize(fp32_models["mlp"], tmp_path / "q8.onnx", 8)
+@pytest.mark.parametrize(
+    ("calibration", "message"),
+    [(None, "needs calibration data"), (np.zeros((0, 1, 8, 8), np.float32), "non-empty")],
+)
+def test_static_int8_needs_calibration(fp32_models, tmp_path, calibration, message):
+    with pytest.raises(SpecError, match=message):
+        quantize(fp32_models["mlp"], tmp_path / "q8.onnx", 8, calibration=calibration)
 
 
 def test_unknown_int8_mode(fp32_models, tmp_path):

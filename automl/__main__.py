@@ -1,0 +1,5 @@
+"""``python -m automl`` runs the CLI."""
+
+from automl.cli import app
+
+app()

@@ -1,0 +1,144 @@
+"""Plotly figures of the study report: the Pareto front, the knobs and the importances."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+if TYPE_CHECKING:
+    import optuna
+
+    from automl.spec import StudySpec
+
+FRONT_TRACE_UID = "pareto-front"
+MIN_IMPORTANCE_TRIALS = 8
+_KINDS = {  # kind → (trace name, marker style); the front first so that it is trace 0
+    "front": ("Pareto front", {"color": "#d62728", "size": 11, "symbol": "diamond"}),
+    "dominated": ("dominated", {"color": "#1f77b4", "size": 8, "opacity": 0.6}),
+    "infeasible": ("infeasible", {"color": "#7f7f7f", "size": 8, "symbol": "x"}),
+}
+_HOVER_METRICS = ("latency_p50_ms", "latency_p99_ms", "throughput_sps", "size_mb", "macs")
+
+
+@dataclass(frozen=True)
+class Point:
+    """A complete trial as the report plots it."""
+
+    number: int
+    kind: str  # front, dominated or infeasible
+    metrics: dict[str, float]
+    params: dict[str, object]
+    violations: dict[str, float]
+
+
+def hover(point: Point, spec: StudySpec) -> str:
+    """Every objective, the main metrics, the knobs and the constraint margins of a point."""
+    keys = dict.fromkeys([*spec.metric_names, *_HOVER_METRICS])
+    lines = [f"{k} = {point.metrics[k]:.4g}" for k in keys if k in point.metrics]
+    lines += [f"{k} = {v}" for k, v in point.params.items()]
+    lines += [
+        f"{c}: {'violated' if v > 0 else 'met'} ({v:+.3g})" for c, v in point.violations.items()
+    ]
+    title = f"<b>trial {point.number}</b> ({point.kind})"
+    return "<br>".join([title, *(html.escape(line, quote=False) for line in lines)])
+
+
+def pareto_figure(points: list[Point], spec: StudySpec, x_metric: str) -> go.Figure:
+    """Accuracy against latency: the front as a line, dominated and infeasible trials apart.
+
+    The front trace has ``uid`` :data:`FRONT_TRACE_UID` and is always present (maybe empty),
+    sorted by ``x_metric``; its ``customdata`` holds the trial numbers.
+    """
+    fig = go.Figure()
+    for kind, (name, marker) in _KINDS.items():
+        group = sorted((p for p in points if p.kind == kind), key=lambda p: p.metrics[x_metric])
+        fig.add_trace(
+            go.Scatter(
+                x=[p.metrics[x_metric] for p in group],
+                y=[p.metrics["accuracy"] for p in group],
+                customdata=[p.number for p in group],
+                hovertext=[hover(p, spec) for p in group],
+                hoverinfo="text",
+                mode="lines+markers" if kind == "front" else "markers",
+                line={"shape": "hv", "color": marker["color"]} if kind == "front" else None,
+                marker=marker,
+                name=f"{name} ({len(group)})",
+                uid=FRONT_TRACE_UID if kind == "front" else kind,
+            )
+        )
+    fig.update_layout(
+        title="Accuracy against latency",
+        xaxis={"title": f"{x_metric} (log)", "type": "log"},
+        yaxis={"title": "accuracy (test split, ONNX artifact)"},
+        legend={"orientation": "h", "y": -0.18},
+        height=520,
+        margin={"t": 50, "b": 40},
+    )
+    return fig
+
+
+def knob_figure(points: list[Point], x_metric: str) -> go.Figure:
+    """One column per knob; accuracy above, latency below; front trials in red."""
+    knobs = sorted({k for p in points for k in p.params})
+    fig = make_subplots(
+        rows=2,
+        cols=max(len(knobs), 1),
+        shared_yaxes=True,
+        horizontal_spacing=0.02,
+        vertical_spacing=0.12,
+        subplot_titles=knobs,
+    )
+    colors = {kind: style["color"] for kind, (_, style) in _KINDS.items()}
+    for col, knob in enumerate(knobs, start=1):
+        having = [p for p in points if knob in p.params]
+        for row, metric in ((1, "accuracy"), (2, x_metric)):
+            fig.add_trace(
+                go.Scatter(
+                    x=[str(p.params[knob]) for p in having],
+                    y=[p.metrics[metric] for p in having],
+                    mode="markers",
+                    marker={"color": [colors[p.kind] for p in having], "size": 7, "opacity": 0.7},
+                    hovertext=[f"trial {p.number} ({p.kind})" for p in having],
+                    hoverinfo="text+y",
+                    showlegend=False,
+                ),
+                row=row,
+                col=col,
+            )
+        fig.update_xaxes(type="category", categoryorder="category ascending", col=col)
+    fig.update_yaxes(title_text="accuracy", row=1, col=1)
+    fig.update_yaxes(title_text=f"{x_metric} (log)", type="log", row=2, col=1)
+    fig.update_layout(height=520, margin={"t": 40, "b": 30})
+    return fig
+
+
+def importance_figure(study: optuna.Study, spec: StudySpec, n_complete: int) -> go.Figure | str:
+    """fANOVA importances of the knobs for each objective, or a note why there are none."""
+    import optuna
+
+    if n_complete < MIN_IMPORTANCE_TRIALS:
+        return (
+            f"Parameter importances need at least {MIN_IMPORTANCE_TRIALS} complete trials; "
+            f"this study has {n_complete}."
+        )
+    fig = go.Figure()
+    for i, metric in enumerate(spec.metric_names):
+        importances = optuna.importance.get_param_importances(
+            study,
+            evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
+            target=lambda t, i=i: t.values[i],
+        )
+        names = sorted(importances)
+        fig.add_trace(go.Bar(x=names, y=[importances[n] for n in names], name=metric))
+    fig.update_layout(
+        title="Parameter importance per objective (fANOVA, normalised)",
+        barmode="group",
+        yaxis={"title": "importance", "range": [0, 1]},
+        height=380,
+        margin={"t": 50, "b": 40},
+    )
+    return fig

@@ -1,0 +1,82 @@
+"""optuna-dashboard on the study storage and the artifact store.
+
+optuna-dashboard has no authentication and its API can create, rename and delete studies and
+upload or delete artifacts, so it binds to the loopback interface unless asked otherwise, and
+warns when it is.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address.
+
+    Args:
+        host: An IP address or a host name (``0.0.0.0`` and ``::`` mean every interface).
+
+    Returns:
+        True when only this machine can reach a server bound to ``host``.
+    """
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def exposure_warning(host: str) -> str | None:
+    """The warning to show before serving on ``host``, or None for a loopback host."""
+    if is_loopback(host):
+        return None
+    return (
+        f"optuna-dashboard has no authentication: binding to {host} lets anyone who can reach "
+        "this machine read, change and delete studies and models. Prefer 127.0.0.1 with an SSH "
+        "tunnel (ssh -L 8080:127.0.0.1:8080 host)."
+    )
+
+
+def run_dashboard(
+    storage_url: str,
+    artifacts_dir: Path | str,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+) -> None:
+    """Serve optuna-dashboard until interrupted; blocks.
+
+    The dashboard shows each study's objective names, user attrs (metrics, latency, timings,
+    environment), constraints and each trial's ONNX artifact, downloadable.
+
+    Args:
+        storage_url: SQLAlchemy URL of the study storage.
+        artifacts_dir: Folder of the filesystem artifact store the trials uploaded to.
+        host: Interface to bind; anything but loopback logs :func:`exposure_warning`.
+        port: TCP port.
+
+    Raises:
+        SpecError: The storage URL is malformed.
+    """
+    import optuna_dashboard
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from automl.settings import get_settings
+    from automl.storage import open_storage
+
+    warning = exposure_warning(host)
+    if warning:
+        logger.warning(warning)
+    storage = open_storage(storage_url, get_settings())
+    artifacts_dir = Path(artifacts_dir)
+    artifacts_dir.mkdir(parents=True, exist_ok=True)
+    optuna_dashboard.run_server(
+        storage, host=host, port=port, artifact_store=FileSystemArtifactStore(str(artifacts_dir))
+    )

@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+import optuna
+import pytest
+
+from automl.data import load_dataset
+
+AUTOML = [sys.executable, "-m", "automl"]
+
+
+@pytest.fixture
+def cli(tmp_path):
+    env = {
+        **os.environ,
+        "AUTOML_STORAGE": f"sqlite:///{tmp_path}/studies/automl.db",
+        "AUTOML_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
+        "AUTOML_HEARTBEAT_INTERVAL_S": "1",
+        "AUTOML_GRACE_PERIOD_S": "3",
+        "COLUMNS": "200",
+    }
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [*AUTOML, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    run.env = env
+    run.storage = env["AUTOML_STORAGE"]
+    return run
+
+
+def _values(trial: dict) -> tuple[float, float]:
+    return trial["values"]["accuracy"], trial["values"]["latency_per_sample_ms"]
+
+
+def test_help_does_not_import_torch():
+    code = "import sys, automl.cli; sys.argv=['automl','--help']\ntry:\n automl.cli.app()\nexcept SystemExit: pass\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("False")
+
+
+def test_study_end_to_end_through_the_cli(cli, tmp_path):
+    out = cli("study", "start", "--space", "digits-mlp", "--n-trials", "3", "--name", "e2e")
+    assert "Pareto front of e2e" in out.stdout
+
+    front = json.loads(cli("study", "pareto", "e2e", "--json").stdout)
+    assert front
+    for a in front:
+        assert not any(
+            _values(b)[0] >= _values(a)[0] and _values(b)[1] <= _values(a)[1] and b != a
+            for b in front
+        )
+    study = optuna.load_study(study_name="e2e", storage=cli.storage)
+    assert study.metric_names == ["accuracy", "latency_per_sample_ms"]
+    assert "automl_spec" in study.user_attrs
+
+    info = json.loads(cli("study", "show", "e2e", "--json").stdout)
+    assert info["state"] == "done" and info["counts"]["COMPLETE"] == 3
+    listed = json.loads(cli("study", "list", "--json").stdout)
+    assert [s["name"] for s in listed] == ["e2e"]
+
+    best = max(front, key=lambda t: t["metrics"]["accuracy"])
+    cli("study", "export", "e2e", "--best", "accuracy", "-o", "out/model.onnx")
+    sidecar = json.loads((tmp_path / "out" / "model.json").read_text())
+    assert sidecar["trial"] == best["number"] and sidecar["target"] == "cpu"
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    data = load_dataset("digits", seed=0)
+    batch = sidecar["candidate"]["batch_size"]  # accuracy is measured at the serving batch
+    predictions = np.concatenate([
+        session.run(None, {"input": data.x_test[i : i + batch]})[0].argmax(1)
+        for i in range(0, len(data.x_test), batch)
+    ])  # fmt: skip
+    accuracy = float((predictions == data.y_test).mean())
+    assert accuracy == pytest.approx(best["metrics"]["accuracy"])
+
+    again = cli(
+        "study",
+        "start",
+        "--space",
+        "digits-mlp",
+        "--n-trials",
+        "3",
+        "--name",
+        "e2e",
+        "--seed",
+        "4",
+        check=False,
+    )
+    assert again.returncode != 0 and "different spec" in again.stderr
+
+
+def test_absent_target_is_refused_before_training(cli, tmp_path):
+    started = time.monotonic()
+    out = cli("study", "start", "--target", "a100", "--n-trials", "2", check=False)
+    assert out.returncode != 0
+    assert "automl worker --target a100" in out.stderr
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_detach_creates_a_queued_study_for_remote_workers(cli):
+    out = cli("study", "start", "--target", "a100", "--name", "remote", "--detach")
+    assert "automl worker --target a100" in out.stdout
+    info = json.loads(cli("study", "show", "remote", "--json").stdout)
+    assert info["state"] == "queued" and info["counts"]["COMPLETE"] == 0
+
+
+def test_bad_input_is_a_clear_error(cli):
+    out = cli("study", "start", "--sampler", "cmaes", check=False)
+    assert out.returncode == 2 and "sampler" in out.stderr
+    out = cli("study", "show", "nope", check=False)
+    assert out.returncode == 2 and "no study named 'nope'" in out.stderr
+
+
+def _count_complete(storage: str, name: str) -> int:
+    if not os.path.exists(storage.removeprefix("sqlite:///")):
+        return 0
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return 0
+    return sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
+
+
+def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
+    args = [*AUTOML, "study", "start", "--space", "digits-mlp", "--n-trials", "5", "--name", "r"]
+    process = subprocess.Popen(
+        args, cwd=tmp_path, env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while _count_complete(cli.storage, "r") < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    study = optuna.load_study(study_name="r", storage=cli.storage)
+    before = {t.number for t in study.trials if t.state.name == "COMPLETE"}
+    assert len(before) >= 2
+
+    cli("study", "start", "--space", "digits-mlp", "--n-trials", "5", "--name", "r")
+    trials = optuna.load_study(study_name="r", storage=cli.storage).trials
+    after = {t.number for t in trials if t.state.name == "COMPLETE"}
+    assert before <= after and len(after) == 5
+    assert not [t for t in trials if t.state.name == "RUNNING"]
+
+
+def test_two_jobs_on_sqlite_complete_exactly_n(cli):
+    out = cli(
+        "study", "start", "--space", "digits-mlp", "--n-trials", "4", "--name", "j", "--jobs", "2"
+    )
+    assert "locked" not in out.stderr
+    trials = optuna.load_study(study_name="j", storage=cli.storage).trials
+    assert sum(t.state.name == "COMPLETE" for t in trials) == 4
+    assert not [t for t in trials if t.state.name == "FAIL"]
+    assert len({t.number for t in trials}) == len(trials)
+    assert np.unique([str(t.params) for t in trials]).size > 1

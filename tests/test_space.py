@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from automl.errors import SpecError
+from automl.space import list_spaces, load_space
+from automl.targets import load_target
+
+
+def test_shipped_spaces():
+    assert {"digits-cnn", "digits-mlp", "digits-mixed"} <= set(list_spaces())
+    for name in list_spaces():
+        load_space(name).check_target(load_target("cpu"))
+
+
+def test_mixed_space_searches_all_knobs_jointly_with_conditionals():
+    space = load_space("digits-mixed")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = {"family": set(), "bits": set(), "batch": set(), "ratio": set()}
+    for _ in range(60):
+        trial = study.ask()
+        candidate = space.suggest(trial)
+        seen["family"].add(candidate.arch.family)
+        seen["bits"].add(candidate.bits)
+        seen["batch"].add(candidate.batch_size)
+        seen["ratio"].add(candidate.pruning_ratio)
+        assert ("arch.kernel_size" in trial.params) == (candidate.arch.family != "mlp")
+        assert ("int8_mode" in trial.params) == (candidate.bits == 8)
+        study.tell(trial, 0.0)
+    assert seen["family"] == {"mlp", "cnn", "resnet", "mobilenet"}
+    assert seen["bits"] == {32, 16, 8}
+    assert len(seen["batch"]) > 1 and len(seen["ratio"]) > 1
+
+
+def _write(tmp_path, body: str):
+    path = tmp_path / "space.yaml"
+    path.write_text("name: t\nparams:\n  arch.family: {type: fixed, value: mlp}\n" + body)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("  arch.colour: {type: int, low: 1, high: 2}\n", "unknown key 'arch.colour'"),
+        ("  arch.width: {type: int, low: 9, high: 2}\n", "empty range: low 9 > high 2"),
+        ("  train.lr: {type: float, low: 0.0, high: 1.0, log: true}\n", "log range needs low > 0"),
+        ("  bits: {type: categorical, choices: []}\n", "choices"),
+        ("  bits: {type: uniform, low: 1, high: 2}\n", "bits"),
+        ("  x: {type: fixed, value: 1, sets: bits, when: {nope: [1]}}\n", "not declared before"),
+        ("  arch.width: {type: int, low: 1, high: 2, stepp: 1}\n", "stepp"),
+    ],
+)
+def test_malformed_spaces_name_the_field(tmp_path, body, message):
+    with pytest.raises(SpecError, match=message):
+        load_space(str(_write(tmp_path, body)))
+
+
+def test_bit_width_the_target_cannot_run(tmp_path):
+    space = load_space(str(_write(tmp_path, "  bits: {type: categorical, choices: [8, 4, 2]}\n")))
+    with pytest.raises(SpecError, match=r"suggests bits \[2\].*supports \[4, 8, 16, 32\]"):
+        space.check_target(load_target("cpu"))
+
+
+def test_unknown_space_lists_registered_ones():
+    with pytest.raises(SpecError, match="unknown search space 'nope'; registered: .*digits-mixed"):
+        load_space("nope")
+
+
+def test_a_family_is_required(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\nparams:\n  bits: {type: fixed, value: 8}\n")
+    with pytest.raises(SpecError, match="must set arch.family"):
+        load_space(str(path))

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import pytest
+
+from automl.errors import SpecError
+from automl.spec import Constraint, load_spec, parse_spec
+
+
+def test_defaults_are_accuracy_against_per_sample_latency_with_a_tail_budget():
+    spec = parse_spec({})
+    assert spec.name == "digits-mixed-cpu"
+    assert spec.metric_names == ["accuracy", "latency_per_sample_ms"]
+    assert spec.directions == ["maximize", "minimize"]
+    assert [str(c) for c in spec.constraints] == ["latency_p99_ms <= 5"]
+
+
+def test_shipped_default_spec_loads():
+    spec = load_spec("studies/digits.yaml")
+    assert spec.target == "cpu" and spec.search_space == "digits-mixed"
+
+
+def test_overrides_win_over_the_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: a\nn_trials: 3\n")
+    spec = load_spec(path, n_trials=5, target=None)
+    assert spec.n_trials == 5 and spec.target == "cpu"
+
+
+def test_constraint_violation_sign():
+    le = Constraint.model_validate("latency_p99_ms <= 2")
+    ge = Constraint.model_validate("accuracy >= 0.9")
+    assert le.violation({"latency_p99_ms": 1.5}) < 0 < le.violation({"latency_p99_ms": 2.5})
+    assert ge.violation({"accuracy": 0.95}) < 0 < ge.violation({"accuracy": 0.8})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"objectives": [{"metric": "f1"}]}, "objectives.0.metric.*unknown metric 'f1'.*allowed"),
+        ({"objectives": [{"metric": "accuracy", "direction": "up"}]}, "direction"),
+        ({"objectives": [{"metric": "accuracy"}, {"metric": "accuracy"}]}, "repeat a metric"),
+        ({"objectives": []}, "objectives"),
+        ({"constraints": ["latency < 2"]}, "must look like 'latency_p99_ms <= 2'"),
+        ({"constraints": ["accuracy >= 1.5"]}, "can never hold"),
+        ({"constraints": ["size_mb <= 0"]}, "can never hold"),
+        ({"constraints": ["vram <= 3"]}, "unknown metric 'vram'"),
+        ({"sampler": "cmaes"}, "sampler.*'default', 'tpe', 'nsga2', 'random' or 'gp'"),
+        ({"n_trials": 0}, "n_trials"),
+        ({"n_trials": None}, "set n_trials or timeout_s"),
+        ({"name": "../etc"}, "name"),
+        ({"colour": "red"}, "colour.*Extra inputs"),
+    ],
+)
+def test_bad_specs_name_the_field(values, message):
+    with pytest.raises(SpecError, match=f"(?s){message}"):
+        parse_spec(values)
+
+
+def test_unreadable_spec_file(tmp_path):
+    with pytest.raises(SpecError, match="cannot read study spec"):
+        load_spec(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="must be a mapping"):
+        load_spec(tmp_path / "list.yaml")

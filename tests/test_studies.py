@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import onnxruntime as ort
+import optuna
+import pytest
+from optuna.artifacts import download_artifact
+
+from automl.errors import SpecError
+from automl.settings import Settings
+from automl.spec import parse_spec
+from automl.storage import open_artifact_store, open_storage
+from automl.studies import (
+    StudyNotFound,
+    create_study,
+    get_study,
+    list_studies,
+    pareto_front,
+    request_stop,
+)
+from automl.worker import run_study_loop
+
+
+@pytest.fixture
+def env(tmp_path):
+    settings = Settings(storage=f"sqlite:///{tmp_path}/s.db", artifacts_dir=tmp_path / "art")
+    return settings, open_storage(settings.storage, settings), open_artifact_store(settings)
+
+
+def _spec(**values):
+    base = {"name": "t", "search_space": "digits-mlp", "n_trials": 3, "seed": 0}
+    return parse_spec({**base, **values})
+
+
+def test_study_runs_records_and_builds_a_front(env, tmp_path):
+    settings, storage, store = env
+    spec = _spec(constraints=["latency_p99_ms <= 50"])
+    create_study(spec, storage)
+    result = run_study_loop("t", storage, artifact_store=store, settings=settings)
+    assert result.reason == "done" and result.ran == 3
+
+    study = optuna.load_study(study_name="t", storage=settings.storage)
+    assert study.metric_names == ["accuracy", "latency_per_sample_ms"]
+    assert study.user_attrs["target"] == "cpu"
+    assert study.user_attrs["automl_spec"]["search_space"] == "digits-mlp"
+    trial = study.trials[0]
+    for key in ("accuracy", "latency_p99_ms", "size_mb", "macs", "timings", "env", "latency"):
+        assert key in trial.user_attrs
+    assert set(trial.user_attrs["timings"]) == {
+        "train", "prune", "export", "quantize", "evaluate", "latency"
+    }  # fmt: skip
+    assert trial.system_attrs["constraints:latency_p99_ms <= 50"] < 0
+
+    front = pareto_front("t", storage)
+    assert front
+    for a in front:
+        for b in front:
+            dominates = (
+                b["values"]["accuracy"] >= a["values"]["accuracy"]
+                and b["values"]["latency_per_sample_ms"] <= a["values"]["latency_per_sample_ms"]
+                and b["values"] != a["values"]
+            )
+            assert not dominates
+    model = tmp_path / "m.onnx"
+    download_artifact(
+        artifact_store=store, file_path=str(model), artifact_id=front[0]["artifact_id"]
+    )
+    assert ort.InferenceSession(str(model)).get_inputs()[0].name == "input"
+
+    info = get_study("t", storage)
+    assert info.state == "done" and info.counts["COMPLETE"] == 3
+    assert [i.name for i in list_studies(storage)] == ["t"]
+
+
+def test_failed_trial_is_recorded_and_the_study_goes_on(env, tmp_path):
+    settings, storage, store = env
+    space = tmp_path / "fourbit.yaml"
+    space.write_text(
+        "name: fourbit\nparams:\n"
+        "  arch.family: {type: fixed, value: cnn}\n"
+        "  arch.width: {type: categorical, choices: [8, 16]}\n"
+        "  arch.depth: {type: fixed, value: 1}\n"
+        "  bits: {type: fixed, value: 4}\n"
+        "  train.epochs: {type: fixed, value: 2}\n"
+    )
+    spec = _spec(search_space=str(space), n_trials=1)
+    study = create_study(spec, storage)
+    study.enqueue_trial({"arch.width": 8})  # a 8-wide head is too narrow for 4-bit MatMulNBits
+    study.enqueue_trial({"arch.width": 16})
+    run_study_loop("t", storage, artifact_store=store, settings=settings)
+    info = get_study("t", storage)
+    assert info.counts["FAIL"] == 1 and info.counts["COMPLETE"] == 1
+    assert info.failures[0]["reason"].startswith("UnsupportedQuantization: 4-bit")
+
+
+def test_infeasible_trials_stay_off_the_front(env):
+    settings, storage, store = env
+    create_study(_spec(n_trials=2, constraints=["accuracy >= 0.9999"]), storage)
+    run_study_loop("t", storage, artifact_store=store, settings=settings)
+    assert pareto_front("t", storage) == []
+
+
+def test_resume_with_another_spec_is_refused(env):
+    _, storage, _ = env
+    create_study(_spec(), storage)
+    create_study(_spec(n_trials=10), storage)  # a new budget is fine
+    with pytest.raises(SpecError, match=r"different spec \(fields \['seed'\] differ\)"):
+        create_study(_spec(seed=3), storage)
+
+
+def test_stop_request_ends_the_loop_before_any_trial(env):
+    settings, storage, store = env
+    create_study(_spec(), storage)
+    request_stop("t", storage)
+    result = run_study_loop("t", storage, artifact_store=store, settings=settings)
+    assert result.reason == "stopped" and result.ran == 0
+    assert get_study("t", storage).state == "stopped"
+
+
+def test_unknown_study(env):
+    with pytest.raises(StudyNotFound, match="no study named 'nope'"):
+        get_study("nope", env[1])
+
+
+def test_bits_the_target_cannot_run_are_refused_before_running(env, tmp_path):
+    space = tmp_path / "twobit.yaml"
+    space.write_text(
+        "name: x\nparams:\n  arch.family: {type: fixed, value: mlp}\n  bits: {type: fixed, value: 2}\n"
+    )
+    with pytest.raises(SpecError, match="cannot run"):
+        create_study(_spec(search_space=str(space)), env[1])
