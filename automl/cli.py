@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Hardware-aware model-optimization search.", no_args_is_help=True)
 study_app = typer.Typer(help="Create, run and inspect studies.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
-console = Console()
-err = Console(stderr=True)
+# Piped output gets a wide console so that tables are not cut to 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 StorageOpt = Annotated[
     str | None, typer.Option("--storage", help="SQLAlchemy URL [env AUTOML_STORAGE].")
@@ -96,6 +98,9 @@ def start(
         console.print(f"Created study [bold]{spec.name}[/]. Run trials on a {spec.target} host:")
         console.print(f"  automl worker --target {spec.target} --storage URL --studies {spec.name}")
         return
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
     run_local(spec.name, store, storage_url=storage, jobs=jobs, console=console)
 
 

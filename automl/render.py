@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 
 _FRONT_COLUMNS = (
     ("accuracy", "acc", "{:.3f}"),
-    ("latency_p50_ms", "p50 ms", "{:.4f}"),
-    ("latency_p99_ms", "p99 ms", "{:.4f}"),
-    ("latency_per_sample_ms", "ms/sample", "{:.5f}"),
+    ("latency_per_sample_ms", "µs/sample", "{:.2f}"),
+    ("latency_p50_ms", "p50 ms", "{:.3f}"),
+    ("latency_p99_ms", "p99 ms", "{:.3f}"),
     ("throughput_sps", "samples/s", "{:,.0f}"),
     ("size_mb", "MB", "{:.4f}"),
     ("macs", "MACs", "{:,.0f}"),
@@ -88,18 +88,22 @@ def front_table(front: list[dict], spec: StudySpec) -> Table:
     table.add_column("trial", justify="right")
     table.add_column("candidate")
     for _, header, _ in _FRONT_COLUMNS:
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", no_wrap=True)
     for trial in front:
         metrics = trial["metrics"]
         table.add_row(
             str(trial["number"]),
             describe_params(trial["params"]),
-            *(
-                fmt.format(metrics[key]) if key in metrics else "-"
-                for key, _, fmt in _FRONT_COLUMNS
-            ),
+            *(_cell(metrics, key, fmt) for key, _, fmt in _FRONT_COLUMNS),
         )
     return table
+
+
+def _cell(metrics: dict, key: str, fmt: str) -> str:
+    if key not in metrics:
+        return "-"
+    scale = 1000.0 if key == "latency_per_sample_ms" else 1.0
+    return fmt.format(metrics[key] * scale)
 
 
 def describe_params(params: dict) -> str:
