@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import optuna
     from optuna.artifacts import FileSystemArtifactStore
 
+    from automl.cache import StageCache
     from automl.spec import StudySpec
 
 FAIL_REASON = "fail_reason"
@@ -37,6 +38,7 @@ class StudyObjective:
     artifact_store: FileSystemArtifactStore
     data_root: Path | None = None
     threads: int = 1
+    cache: StageCache | None = None
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         try:
@@ -58,7 +60,13 @@ class StudyObjective:
         data = cached_dataset(self.spec.dataset, self.spec.seed, self.data_root)
         with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
             outcome = run_trial(
-                candidate, target, data, workdir, seed=self.spec.seed, threads=self.threads
+                candidate,
+                target,
+                data,
+                workdir,
+                seed=self.spec.seed,
+                threads=self.threads,
+                cache=self.cache,
             )
             artifact_id = upload_artifact(
                 artifact_store=self.artifact_store,
@@ -69,6 +77,7 @@ class StudyObjective:
         for key, value in outcome.metrics.items():
             trial.set_user_attr(key, value)
         trial.set_user_attr("timings", outcome.timings)
+        trial.set_user_attr("reused", outcome.reused)
         trial.set_user_attr("latency", outcome.latency)
         trial.set_user_attr("latency_source", "measured")
         trial.set_user_attr("env", outcome.env)

@@ -25,6 +25,8 @@ class Settings(BaseSettings):
     heartbeat_interval_s: int = Field(default=30, ge=1)
     grace_period_s: int = Field(default=120, ge=2)
     max_retry: int = Field(default=1, ge=0)
+    cache_enabled: bool = True
+    cache_max_mb: int = Field(default=512, ge=1)
 
     api_tokens: list[SecretStr] = Field(default_factory=list)
     api_token_file: Path | None = None

@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
+from automl.cache import content_key
 from automl.candidate import TrainConfig
 from automl.models import build_model
 from automl.pipeline.evaluate import evaluate
-from automl.pipeline.export import export_onnx
+from automl.pipeline.export import OPSET, ExportResult, export_onnx
 from automl.pipeline.latency import measure_latency
-from automl.pipeline.prune import prune
-from automl.pipeline.quantize import quantize
+from automl.pipeline.prune import PruneResult, prune
+from automl.pipeline.quantize import QuantizedModel, quantize
 from automl.pipeline.train import train
 from automl.targets import require_present
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from torch import nn
+
+    from automl.cache import StageCache
     from automl.candidate import Candidate
     from automl.data import Dataset
     from automl.targets import Target
@@ -36,6 +44,7 @@ class TrialOutcome:
     latency: dict
     env: dict
     history: dict
+    reused: dict[str, bool]
 
 
 def run_trial(
@@ -46,16 +55,22 @@ def run_trial(
     *,
     seed: int = 0,
     threads: int = 1,
+    cache: StageCache | None = None,
 ) -> TrialOutcome:
     """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.
+
+    With a ``cache``, trained weights, pruned and fine-tuned weights, and quantized graphs are
+    reused when a previous trial produced them from the same inputs. Evaluation and latency
+    are always run.
 
     Args:
         candidate: The point of the search space.
         target: Where latency is measured; its hardware must be present.
         data: The split dataset.
         workdir: Folder for the ONNX files of this trial.
-        seed: Seed of training and fine-tuning.
+        seed: Seed of initialisation, training and fine-tuning.
         threads: Torch threads for training.
+        cache: Stage cache, or None to compute everything.
 
     Returns:
         The quantized artifact and its metrics.
@@ -66,33 +81,17 @@ def run_trial(
         TrialFailed: A stage could not produce a valid candidate.
     """
     require_present(target)
-    workdir = Path(workdir)
-    device = _torch_device(target)
+    stages = _Stages(candidate, data, Path(workdir), seed, threads, _torch_device(target), cache)
     timings: dict[str, float] = {}
     with _timed(timings, "train"):
-        model = build_model(candidate.arch, data.input_shape, data.num_classes, seed=seed)
-        trained = train(model, data, candidate.train, seed=seed, device=device, threads=threads)
+        trained, train_history = stages.train()
     with _timed(timings, "prune"):
-        finetune = TrainConfig(
-            epochs=candidate.finetune_epochs,
-            lr=candidate.train.lr / 3,
-            weight_decay=candidate.train.weight_decay,
-            batch_size=candidate.train.batch_size,
-        )
-        pruned = prune(
-            trained.model, data, candidate.pruning_ratio, finetune,
-            seed=seed, device=device, threads=threads,
-        )  # fmt: skip
+        pruned = stages.prune(trained)
     with _timed(timings, "export"):
-        exported = export_onnx(pruned.model, data.x_test[:64], workdir / "model-fp32.onnx")
+        hit = stages.cached_quantized()
+        exported = None if hit else stages.export(pruned.model)
     with _timed(timings, "quantize"):
-        quantized = quantize(
-            exported.path,
-            workdir / "model.onnx",
-            candidate.bits,
-            calibration=data.x_calib,
-            int8_mode=candidate.int8_mode,
-        )
+        quantized, onnx_diff = hit or stages.quantize(exported)
     with _timed(timings, "evaluate"):
         evaluation = evaluate(
             quantized.path,
@@ -107,7 +106,6 @@ def run_trial(
         latency = measure_latency(
             quantized.path, target, data.x_test, candidate.batch_size, torch_model=pruned.model
         )
-    size_mb = quantized.size_bytes / 1e6
     metrics = {
         "accuracy": evaluation.accuracy,
         "latency_p50_ms": latency.p50_ms,
@@ -115,7 +113,7 @@ def run_trial(
         "latency_p99_ms": latency.p99_ms,
         "latency_per_sample_ms": latency.per_sample_ms,
         "throughput_sps": latency.throughput_sps,
-        "size_mb": size_mb,
+        "size_mb": quantized.size_bytes / 1e6,
         "params": float(pruned.params_after),
         "macs": float(pruned.macs_after),
         "params_unpruned": float(pruned.params_before),
@@ -128,20 +126,131 @@ def run_trial(
         latency={**latency.as_dict(), "method": quantized.method},
         env=latency.env,
         history={
-            "train": list(trained.history),
+            "train": list(train_history),
             "finetune": list(pruned.history),
             "confusion": [list(row) for row in evaluation.confusion],
-            "onnx_max_abs_diff": exported.max_abs_diff,
+            "onnx_max_abs_diff": onnx_diff,
         },
+        reused=stages.reused,
     )
 
 
-def _torch_device(target: Target) -> str:
-    if target.kind == "cuda":
-        import torch
+@dataclass
+class _Stages:
+    """The model-building stages of one trial, each looked up in the cache first."""
 
-        if torch.cuda.is_available():
-            return "cuda"
+    candidate: Candidate
+    data: Dataset
+    workdir: Path
+    seed: int
+    threads: int
+    device: str
+    cache: StageCache | None
+
+    def __post_init__(self) -> None:
+        c = self.candidate
+        self.reused = {"train": False, "prune": False, "quantize": False}
+        self.finetune = TrainConfig(
+            epochs=c.finetune_epochs,
+            lr=c.train.lr / 3,
+            weight_decay=c.train.weight_decay,
+            batch_size=c.train.batch_size,
+        )
+        self.train_key = content_key("train", c.arch, c.train, self.data.fingerprint, self.seed)
+        self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, self.finetune)
+        int8_mode = c.int8_mode if c.bits == 8 else None
+        self.quant_key = content_key("quantize", self.prune_key, c.bits, int8_mode, OPSET)
+
+    def train(self) -> tuple[nn.Module, tuple[dict, ...]]:
+        model = build_model(
+            self.candidate.arch, self.data.input_shape, self.data.num_classes, seed=self.seed
+        )
+        cached = self._load("train", self.train_key)
+        if cached is not None:
+            model.load_state_dict(cached["state_dict"])
+            return model.eval(), tuple(cached["history"])
+        result = train(
+            model, self.data, self.candidate.train,
+            seed=self.seed, device=self.device, threads=self.threads,
+        )  # fmt: skip
+        self._save("train", self.train_key, {"state_dict": result.model.state_dict(),
+                                             "history": list(result.history)})  # fmt: skip
+        return result.model, result.history
+
+    def prune(self, trained: nn.Module) -> PruneResult:
+        cached = self._load("prune", self.prune_key)
+        if cached is not None:
+            # Pruning is deterministic and cheap: redo it to get the shapes, skip the fine-tune.
+            shell = prune(trained, self.data, self.candidate.pruning_ratio, TrainConfig(epochs=0))
+            shell.model.load_state_dict(cached["state_dict"])
+            return PruneResult(**{**asdict_shallow(shell), "history": tuple(cached["history"])})
+        result = prune(
+            trained, self.data, self.candidate.pruning_ratio, self.finetune,
+            seed=self.seed, device=self.device, threads=self.threads,
+        )  # fmt: skip
+        self._save("prune", self.prune_key, {"state_dict": result.model.state_dict(),
+                                             "history": list(result.history)})  # fmt: skip
+        return result
+
+    def cached_quantized(self) -> tuple[QuantizedModel, float] | None:
+        if self.cache is None:
+            return None
+        onnx_path = self.cache.get("quantize", self.quant_key, ".onnx")
+        meta_path = self.cache.get("quantize", self.quant_key, ".json")
+        if onnx_path is None or meta_path is None:
+            return None
+        meta = json.loads(meta_path.read_text())
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        out = shutil.copyfile(onnx_path, self.workdir / "model.onnx")
+        self.reused["quantize"] = True
+        return QuantizedModel(path=out, **meta["quantized"]), meta["onnx_max_abs_diff"]
+
+    def export(self, model: nn.Module) -> ExportResult:
+        return export_onnx(model, self.data.x_test[:64], self.workdir / "model-fp32.onnx")
+
+    def quantize(self, exported: ExportResult) -> tuple[QuantizedModel, float]:
+        quantized = quantize(
+            exported.path, self.workdir / "model.onnx", self.candidate.bits,
+            calibration=self.data.x_calib, int8_mode=self.candidate.int8_mode,
+        )  # fmt: skip
+        if self.cache is not None:
+            meta = {k: v for k, v in asdict(quantized).items() if k != "path"}
+            meta_file = self.workdir / "quantized.json"
+            meta_file.write_text(
+                json.dumps({"quantized": meta, "onnx_max_abs_diff": exported.max_abs_diff})
+            )
+            self.cache.put("quantize", self.quant_key, ".onnx", quantized.path)
+            self.cache.put("quantize", self.quant_key, ".json", meta_file)
+        return quantized, exported.max_abs_diff
+
+    def _load(self, kind: str, key: str) -> dict | None:
+        path = self.cache.get(kind, key, ".pt") if self.cache is not None else None
+        if path is None:
+            return None
+        try:
+            entry = torch.load(path, weights_only=True)
+        except (OSError, RuntimeError, EOFError):
+            return None  # evicted or unreadable: recompute
+        self.reused[kind] = True
+        return entry
+
+    def _save(self, kind: str, key: str, entry: dict) -> None:
+        if self.cache is None:
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        tmp = self.workdir / f"{kind}.pt"
+        torch.save(entry, tmp)
+        self.cache.put(kind, key, ".pt", tmp)
+
+
+def asdict_shallow(result: PruneResult) -> dict:
+    """Field values of a frozen dataclass without deep-copying the model."""
+    return {name: getattr(result, name) for name in result.__dataclass_fields__}
+
+
+def _torch_device(target: Target) -> str:
+    if target.kind == "cuda" and torch.cuda.is_available():
+        return "cuda"
     return "cpu"
 
 

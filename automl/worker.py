@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
+from automl.cache import StageCache
 from automl.objective import StudyObjective
 from automl.samplers import make_sampler
 from automl.studies import STOP_ATTR, count_states, fail_cap, load
@@ -92,7 +93,9 @@ def run_study_loop(
     offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
     sampler = make_sampler(spec.sampler, spec.seed + offset)
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-    objective = StudyObjective(spec, artifact_store, settings.data_root, threads)
+    objective = StudyObjective(
+        spec, artifact_store, settings.data_root, threads, cache=stage_cache(settings)
+    )
     deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
     ran = 0
     while True:
@@ -129,6 +132,13 @@ def _stop_reason(study, spec, stop, deadline, ran, max_trials) -> str | None:
     if counts["COMPLETE"] + counts["RUNNING"] >= spec.n_trials:
         return "wait"
     return None
+
+
+def stage_cache(settings: Settings) -> StageCache | None:
+    """The trial-stage cache under the artifact store, or None when disabled."""
+    if not settings.cache_enabled:
+        return None
+    return StageCache(settings.artifacts_dir / "cache", settings.cache_max_mb * 1024 * 1024)
 
 
 def reap_stale_trials(study: optuna.Study) -> None:

@@ -63,12 +63,12 @@ def test_bit_width_the_target_cannot_run(tmp_path):
 
 
 def test_unknown_space_lists_registered_ones():
-    with pytest.raises(SpecError, match="unknown search space 'nope'; registered: .*digits-mixed"):
+    with pytest.raises(SpecError, match=r"unknown search space 'nope'; registered: .*digits-mixed"):
         load_space("nope")
 
 
 def test_a_family_is_required(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("name: t\nparams:\n  bits: {type: fixed, value: 8}\n")
-    with pytest.raises(SpecError, match="must set arch.family"):
+    with pytest.raises(SpecError, match=r"must set arch\.family"):
         load_space(str(path))

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from automl.cache import StageCache, content_key
+from automl.candidate import ArchConfig, Candidate, TrainConfig
+from automl.targets import load_target
+from automl.trial import run_trial
+
+
+def test_content_key_depends_on_every_part():
+    base = content_key("train", ArchConfig("cnn", 8, 1), TrainConfig(), "fp", 0)
+    assert base == content_key("train", ArchConfig("cnn", 8, 1), TrainConfig(), "fp", 0)
+    assert base != content_key("train", ArchConfig("cnn", 16, 1), TrainConfig(), "fp", 0)
+    assert base != content_key("train", ArchConfig("cnn", 8, 1), TrainConfig(lr=0.1), "fp", 0)
+    assert base != content_key("train", ArchConfig("cnn", 8, 1), TrainConfig(), "fp2", 0)
+    assert base != content_key("train", ArchConfig("cnn", 8, 1), TrainConfig(), "fp", 1)
+
+
+def test_put_get_and_size_bound(tmp_path):
+    cache = StageCache(tmp_path / "c", max_bytes=2500)
+    for i in range(4):
+        source = tmp_path / f"s{i}"
+        source.write_bytes(bytes(1000))
+        cache.put("train", f"k{i}", ".pt", source)
+    names = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert names == ["train-k2.pt", "train-k3.pt"]
+    assert cache.get("train", "k0", ".pt") is None
+    assert cache.get("train", "k3", ".pt").read_bytes() == bytes(1000)
+
+
+def test_concurrent_writers_leave_whole_entries(tmp_path):
+    cache = StageCache(tmp_path / "c", max_bytes=10**9)
+    sources = []
+    for i in range(8):
+        source = tmp_path / f"s{i}"
+        source.write_bytes(bytes([i]) * 200_000)
+        sources.append(source)
+    threads = [threading.Thread(target=cache.put, args=("q", "same", ".onnx", s)) for s in sources]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    content = cache.get("q", "same", ".onnx").read_bytes()
+    assert len(content) == 200_000 and len(set(content)) == 1
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["q-same.onnx"]
+
+
+@pytest.mark.parametrize("bits", [32, 8])
+def test_trials_reuse_cached_stages_with_identical_results(digits, tmp_path, bits):
+    cache = StageCache(tmp_path / "cache", max_bytes=10**9)
+    target = load_target("cpu")
+    candidate = Candidate(ArchConfig("cnn", 16, 2), pruning_ratio=0.3, bits=bits, batch_size=8)
+
+    def run(c, name):
+        return run_trial(c, target, digits, tmp_path / name, cache=cache)
+
+    first = run(candidate, "a")
+    assert first.reused == {"train": False, "prune": False, "quantize": False}
+    again = run(candidate, "b")
+    assert again.reused == {"train": True, "prune": True, "quantize": True}
+    assert again.metrics["accuracy"] == first.metrics["accuracy"]
+    assert again.metrics["macs"] == first.metrics["macs"]
+    assert again.artifact.read_bytes() == first.artifact.read_bytes()
+
+    other_ratio = run(Candidate(**{**candidate.__dict__, "pruning_ratio": 0.5}), "c")
+    assert other_ratio.reused == {"train": True, "prune": False, "quantize": False}
+    uncached = run_trial(
+        Candidate(**{**candidate.__dict__, "pruning_ratio": 0.5}), target, digits, tmp_path / "d"
+    )
+    assert uncached.metrics["accuracy"] == other_ratio.metrics["accuracy"]
+    other_batch = run(Candidate(**{**candidate.__dict__, "batch_size": 32}), "e")
+    assert other_batch.reused == {"train": True, "prune": True, "quantize": True}
