@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -74,7 +75,9 @@ def create_study(spec: StudySpec, storage: BaseStorage) -> optuna.Study:
         study.set_user_attr(STOP_ATTR, False)
         return study
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
-    study.set_metric_names(spec.metric_names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(spec.metric_names)
     study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
     study.set_user_attr("target", target.name)
     study.set_user_attr("search_space", spec.search_space)

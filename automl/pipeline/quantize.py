@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,7 +139,8 @@ def _tool_failure(step: str) -> Iterator[None]:
 def _to_fp16(src: Path, dst: Path) -> None:
     from onnxconverter_common import float16
 
-    with _tool_failure("fp16 conversion"):
+    with _tool_failure("fp16 conversion"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # tiny weights truncated to fp16's range
         model = float16.convert_float_to_float16(onnx.load(src), keep_io_types=True)
         onnx.save(model, dst)
 

@@ -1,0 +1,104 @@
+"""How trustworthy is a latency number? Repeatability, agreement with timeit, and cost.
+
+Run: ``.venv/bin/python bench/latency.py [--repeats 5]``.
+Five fixed candidates are each measured ``repeats`` times in fresh ORT sessions, in random
+order. For each it prints the CV of the reported median, the ratio of our median to a plain
+``timeit`` loop over ``session.run`` in a fresh process, and the time the measurement cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from automl.candidate import ArchConfig, TrainConfig
+from automl.data import load_dataset
+from automl.models import build_model
+from automl.pipeline.export import export_onnx
+from automl.pipeline.latency import measure_latency
+from automl.pipeline.quantize import quantize
+from automl.pipeline.train import train
+from automl.targets import load_target
+
+CANDIDATES = {  # name: (bits, int8_mode, batch)
+    "fp32 b1": (32, "static", 1),
+    "int8-qdq b1": (8, "static", 1),
+    "int8-dynamic b1": (8, "dynamic", 1),
+    "fp16 b1": (16, "static", 1),
+    "fp32 b32": (32, "static", 32),
+}
+TIMEIT = """
+import json, sys, timeit, numpy as np, onnxruntime as ort
+path, batch, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+options = ort.SessionOptions(); options.intra_op_num_threads = threads
+options.inter_op_num_threads = 1
+session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+x = np.load(sys.argv[4])[:batch]
+feed = {session.get_inputs()[0].name: x}
+for _ in range(200): session.run(None, feed)
+times = timeit.repeat(lambda: session.run(None, feed), number=200, repeat=7)
+print(json.dumps(min(times) / 200 * 1000))
+"""
+
+
+def _models(workdir: Path, data) -> dict[str, Path]:
+    model = build_model(ArchConfig("cnn", 32, 2), data.input_shape, data.num_classes)
+    trained = train(model, data, TrainConfig(epochs=3)).model
+    fp32 = export_onnx(trained, data.x_test[:64], workdir / "fp32.onnx").path
+    paths = {}
+    for name, (bits, mode, _) in CANDIDATES.items():
+        out = workdir / f"{name.replace(' ', '-')}.onnx"
+        paths[name] = quantize(fp32, out, bits, calibration=data.x_calib, int8_mode=mode).path
+    return paths
+
+
+def _timeit_ms(path: Path, batch: int, inputs: Path, threads: int) -> float:
+    args = [sys.executable, "-c", TIMEIT, str(path), str(batch), str(threads), str(inputs)]
+    return json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    target = load_target("cpu")
+    data = load_dataset("digits", seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        paths = _models(workdir, data)
+        order = [name for name in CANDIDATES for _ in range(args.repeats)]
+        random.Random(0).shuffle(order)
+        medians: dict[str, list[float]] = {name: [] for name in CANDIDATES}
+        costs: dict[str, list[float]] = {name: [] for name in CANDIDATES}
+        converged: dict[str, list[bool]] = {name: [] for name in CANDIDATES}
+        for name in order:
+            start = time.perf_counter()
+            latency = measure_latency(paths[name], target, data.x_test, CANDIDATES[name][2])
+            costs[name].append(time.perf_counter() - start)
+            medians[name].append(latency.p50_ms)
+            converged[name].append(latency.converged)
+        np.save(workdir / "x.npy", np.resize(data.x_test, (64, *data.input_shape)))
+        print(f"{'candidate':<16} {'median ms':>10} {'CV of median':>13} {'ours/timeit':>12}"
+              f" {'cost s':>7} {'converged':>9}")  # fmt: skip
+        for name, (_, _, batch) in CANDIDATES.items():
+            reference = _timeit_ms(paths[name], batch, workdir / "x.npy", target.intra_op_threads)
+            values = medians[name]
+            cv = statistics.stdev(values) / statistics.mean(values)
+            print(
+                f"{name:<16} {statistics.median(values):10.4f} {100 * cv:12.2f}% "
+                f"{statistics.median(values) / reference:12.3f} {statistics.mean(costs[name]):7.3f}"
+                f" {sum(converged[name])}/{len(values):>7}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Trials per minute with the stage cache on and off, on the same suggested params.
+
+Run: ``.venv/bin/python bench/throughput.py [--trials 30] [--space digits-mixed]``.
+The cache-on study runs first with the default sampler; the cache-off study replays exactly
+its params (enqueued), so both evaluate the same candidates side by side in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from bench._common import run_study
+
+TRAINING = ("train", "prune")  # prune's time is almost all fine-tuning
+
+
+def _summary(study, seconds: float) -> dict:
+    trials = [t for t in study.trials if t.state.name == "COMPLETE"]
+    timings = [t.user_attrs["timings"] for t in trials]
+    total = sum(sum(t.values()) for t in timings)
+    training = sum(t[s] for t in timings for s in TRAINING)
+    reused = [t.user_attrs.get("reused", {}) for t in trials]
+    return {
+        "trials": len(trials),
+        "per_min": 60 * len(trials) / seconds,
+        "outside_training": 1 - training / total,
+        "front": sorted(tuple(round(v, 4) for v in t.values) for t in study.best_trials),
+        "reused_train": sum(r.get("train", False) for r in reused),
+        "reused_prune": sum(r.get("prune", False) for r in reused),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--space", default="digits-mixed")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    spec = {"name": "throughput", "search_space": args.space, "n_trials": args.trials,
+            "seed": args.seed}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        cached, _ = run_study(Path(tmp) / "on", cache=True, **spec)
+        on = _summary(cached, time.perf_counter() - start)
+        params = [t.params for t in cached.trials if t.state.name == "COMPLETE"]
+        start = time.perf_counter()
+        uncached, _ = run_study(Path(tmp) / "off", cache=False, enqueue=params, **spec)
+        off = _summary(uncached, time.perf_counter() - start)
+    same_params = params == [t.params for t in uncached.trials if t.state.name == "COMPLETE"]
+    print(f"{args.trials} trials of {args.space}, seed {args.seed}, same params: {same_params}")
+    for label, row in (("cache on ", on), ("cache off", off)):
+        print(
+            f"  {label}: {row['per_min']:6.1f} trials/min, "
+            f"{100 * row['outside_training']:4.1f} % of trial time outside train/fine-tune, "
+            f"reused train {row['reused_train']}, prune {row['reused_prune']}"
+        )
+    print(f"  speed-up with cache: {on['per_min'] / off['per_min']:.2f}x")
+    accuracy_gap = max(abs(a[0] - b[0]) for a, b in zip(on["front"], off["front"], strict=False))
+    print(f"  front sizes {len(on['front'])} vs {len(off['front'])}; "
+          f"largest accuracy gap between matching front points {accuracy_gap:.4f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
