@@ -62,7 +62,9 @@ def targets_cmd(as_json: JsonOpt = False) -> None:
 def start(
     spec_file: Annotated[Path | None, typer.Argument(help="Study spec YAML.")] = None,
     name: Annotated[str | None, typer.Option(help="Study name.")] = None,
-    target: Annotated[str | None, typer.Option(help="Target device, e.g. cpu or a100.")] = None,
+    target: Annotated[
+        str | None, typer.Option(help="Target, e.g. cpu or a100; 'cpu,a100' makes one study each.")
+    ] = None,
     space: Annotated[str | None, typer.Option(help="Search space name or YAML path.")] = None,
     dataset: Annotated[str | None, typer.Option(help="digits, an .npz path or module:fn.")] = None,
     n_trials: Annotated[int | None, typer.Option(help="COMPLETE trials to reach.")] = None,
@@ -75,33 +77,55 @@ def start(
 ) -> None:
     """Create (or resume) a study and run it here, ending with the Pareto front."""
     from automl.runner import run_local
-    from automl.spec import load_spec, parse_spec
     from automl.studies import create_study
-    from automl.targets import load_target, require_present
+    from automl.targets import is_present, load_target, require_present
 
     overrides = {
-        "name": name, "target": target, "search_space": space, "dataset": dataset,
-        "n_trials": n_trials, "timeout_s": timeout, "sampler": sampler, "seed": seed,
+        "name": name, "search_space": space, "dataset": dataset, "n_trials": n_trials,
+        "timeout_s": timeout, "sampler": sampler, "seed": seed,
     }  # fmt: skip
     try:
-        if spec_file is not None:
-            spec = load_spec(spec_file, **overrides)
-        else:
-            spec = parse_spec({k: v for k, v in overrides.items() if v is not None})
-        if not detach:
-            require_present(load_target(spec.target))
+        specs = _specs_per_target(spec_file, target, overrides)
+        runnable = [s for s in specs if is_present(load_target(s.target))]
+        if not detach and not runnable:
+            require_present(load_target(specs[0].target))
         store = _storage(storage)
-        create_study(spec, store)
+        for spec in specs:
+            create_study(spec, store)
     except AutomlError as e:
         raise _fail(e) from None
+    for spec in specs:
+        if detach or spec not in runnable:
+            console.print(f"Study [bold]{spec.name}[/] is queued for a {spec.target} host:")
+            console.print(
+                f"  automl worker --target {spec.target} --storage URL --studies {spec.name}"
+            )
     if detach:
-        console.print(f"Created study [bold]{spec.name}[/]. Run trials on a {spec.target} host:")
-        console.print(f"  automl worker --target {spec.target} --storage URL --studies {spec.name}")
         return
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
-    run_local(spec.name, store, storage_url=storage, jobs=jobs, console=console)
+    for spec in runnable:
+        run_local(spec.name, store, storage_url=storage, jobs=jobs, console=console)
+
+
+def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: dict) -> list:
+    """One spec per comma-separated target; several targets suffix the name with the target."""
+    from automl.spec import load_spec, parse_spec
+
+    def one(target: str | None, suffix: bool):
+        values = {**overrides, "target": target}
+        if suffix and values["name"]:
+            values["name"] = f"{values['name']}-{target}"
+        if spec_file is not None:
+            spec = load_spec(spec_file, **values)
+            if suffix and not values["name"]:
+                spec = parse_spec({**spec.model_dump(), "name": f"{spec.name}-{target}"})
+            return spec
+        return parse_spec({k: v for k, v in values.items() if v is not None})
+
+    names = [t.strip() for t in targets.split(",")] if targets else [None]
+    return [one(t, len(names) > 1) for t in names]
 
 
 @study_app.command("list")
@@ -180,6 +204,22 @@ def export(
         _print_json(sidecar)
     else:
         console.print(f"Wrote trial {number} to {out} and {out.with_suffix('.json')}")
+
+
+@study_app.command("compare")
+def compare(first: str, second: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """How two fronts differ (e.g. one spec on two targets): which candidates win where."""
+    from automl.compare import compare_fronts
+    from automl.render import comparison_table
+
+    try:
+        comparison = compare_fronts(first, second, _storage(storage))
+    except AutomlError as e:
+        raise _fail(e) from None
+    if as_json:
+        _print_json(comparison)
+    else:
+        console.print(comparison_table(comparison))
 
 
 @study_app.command("stop")

@@ -93,7 +93,7 @@ def front_table(front: list[dict], spec: StudySpec) -> Table:
         metrics = trial["metrics"]
         table.add_row(
             str(trial["number"]),
-            describe_params(trial["params"]),
+            describe(trial),
             *(_cell(metrics, key, fmt) for key, _, fmt in _FRONT_COLUMNS),
         )
     return table
@@ -106,17 +106,43 @@ def _cell(metrics: dict, key: str, fmt: str) -> str:
     return fmt.format(metrics[key] * scale)
 
 
-def describe_params(params: dict) -> str:
-    """Short human form of a candidate's params."""
-    family = params.get("arch.family", "")
-    parts = [f"{family} w{params.get('arch.width', '?')} d{params.get('arch.depth', '?')}"]
-    if "pruning_ratio" in params:
-        parts.append(f"prune {params['pruning_ratio']:.1f}")
-    bits = params.get("bits")
-    if bits is not None:
-        parts.append(
-            f"int8-{params['int8_mode']}" if bits == 8 and "int8_mode" in params else f"{bits}b"
+def describe(record: dict) -> str:
+    """Short human form of a trial's candidate (falls back to its params)."""
+    candidate = record.get("user_attrs", {}).get("candidate")
+    if candidate is None:
+        return ", ".join(f"{k}={v}" for k, v in record["params"].items())
+    arch = candidate["arch"]
+    bits = candidate["bits"]
+    precision = f"int8-{candidate['int8_mode']}" if bits == 8 else f"{bits}b"
+    return (
+        f"{arch['family']} w{arch['width']} d{arch['depth']} "
+        f"prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
+    )
+
+
+def comparison_table(comparison: dict) -> Table:
+    """Front candidates of two studies side by side, with what each front favours."""
+    (first, first_target), (second, second_target) = comparison["studies"].items()
+    table = Table(title=f"{first} ({first_target}) vs {second} ({second_target})")
+    table.add_column("candidate")
+    table.add_column("on the front of")
+    for name in (first, second):
+        table.add_column(f"acc / µs per sample in {name} ({comparison['studies'][name]})")
+    for row in comparison["candidates"]:
+        cells = []
+        for name in (first, second):
+            metrics = row["metrics"][name]
+            cells.append(
+                "not run" if metrics is None
+                else f"{metrics['accuracy']:.3f} / {1000 * metrics['latency_per_sample_ms']:.2f}"
+            )  # fmt: skip
+        wins = ", ".join(f"{name} ({comparison['studies'][name]})" for name in row["fronts"])
+        table.add_row(describe(row), wins, *cells)
+    for name, knobs in comparison["knobs"].items():
+        favoured = "; ".join(
+            f"{knob} " + ", ".join(f"{v}×{n}" for v, n in counts.items())
+            for knob, counts in knobs.items()
+            if counts
         )
-    if "batch_size" in params:
-        parts.append(f"batch {params['batch_size']}")
-    return " ".join(parts)
+        table.caption = (table.caption or "") + f"\n{name} front: {favoured}"
+    return table

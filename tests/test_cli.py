@@ -165,3 +165,35 @@ def test_two_jobs_on_sqlite_complete_exactly_n(cli):
     assert not [t for t in trials if t.state.name == "FAIL"]
     assert len({t.number for t in trials}) == len(trials)
     assert np.unique([str(t.params) for t in trials]).size > 1
+
+
+def test_one_spec_on_two_targets_and_compare(cli):
+    out = cli(
+        "study",
+        "start",
+        "--space",
+        "digits-mlp",
+        "--target",
+        "cpu,a100",
+        "--n-trials",
+        "2",
+        "--name",
+        "m",
+    )
+    assert "automl worker --target a100" in out.stdout
+    states = {s["name"]: s["state"] for s in json.loads(cli("study", "list", "--json").stdout)}
+    assert states == {"m-cpu": "done", "m-a100": "queued"}
+    a100 = json.loads(cli("study", "show", "m-a100", "--json").stdout)["spec"]
+    cpu = json.loads(cli("study", "show", "m-cpu", "--json").stdout)["spec"]
+    assert {k: v for k, v in a100.items() if k not in ("name", "target")} == {
+        k: v for k, v in cpu.items() if k not in ("name", "target")
+    }
+    cli("study", "start", "--space", "digits-mlp", "--n-trials", "2", "--name", "m2", "--seed", "1")
+    comparison = json.loads(cli("study", "compare", "m-cpu", "m2", "--json").stdout)
+    assert comparison["studies"] == {"m-cpu": "cpu", "m2": "cpu"}
+    fronts = {
+        name: len(json.loads(cli("study", "pareto", name, "--json").stdout))
+        for name in ("m-cpu", "m2")
+    }
+    on_front = [name for row in comparison["candidates"] for name in row["fronts"]]
+    assert {name: on_front.count(name) for name in fronts} == fronts
