@@ -18,6 +18,7 @@ study: $(STAMP)
 	$(BIN)/automl study start studies/digits.yaml
 
 test: $(STAMP)
+	bash .ci/chromium.sh
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 

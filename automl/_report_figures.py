@@ -35,7 +35,7 @@ class Point:
     violations: dict[str, float]
 
 
-def hover(point: Point, spec: StudySpec) -> str:
+def _hover(point: Point, spec: StudySpec) -> str:
     """Every objective, the main metrics, the knobs and the constraint margins of a point."""
     keys = dict.fromkeys([*spec.metric_names, *_HOVER_METRICS])
     lines = [f"{k} = {point.metrics[k]:.4g}" for k in keys if k in point.metrics]
@@ -61,7 +61,7 @@ def pareto_figure(points: list[Point], spec: StudySpec, x_metric: str) -> go.Fig
                 x=[p.metrics[x_metric] for p in group],
                 y=[p.metrics["accuracy"] for p in group],
                 customdata=[p.number for p in group],
-                hovertext=[hover(p, spec) for p in group],
+                hovertext=[_hover(p, spec) for p in group],
                 hoverinfo="text",
                 mode="lines+markers" if kind == "front" else "markers",
                 line={"shape": "hv", "color": marker["color"]} if kind == "front" else None,
@@ -98,7 +98,7 @@ def knob_figure(points: list[Point], x_metric: str) -> go.Figure:
         for row, metric in ((1, "accuracy"), (2, x_metric)):
             fig.add_trace(
                 go.Scatter(
-                    x=[str(p.params[knob]) for p in having],
+                    x=[_label(p.params[knob]) for p in having],
                     y=[p.metrics[metric] for p in having],
                     mode="markers",
                     marker={"color": [colors[p.kind] for p in having], "size": 7, "opacity": 0.7},
@@ -109,11 +109,22 @@ def knob_figure(points: list[Point], x_metric: str) -> go.Figure:
                 row=row,
                 col=col,
             )
-        fig.update_xaxes(type="category", categoryorder="category ascending", col=col)
+        values = sorted({p.params[knob] for p in having}, key=_order)
+        fig.update_xaxes(type="category", categoryarray=[_label(v) for v in values], col=col)
     fig.update_yaxes(title_text="accuracy", row=1, col=1)
-    fig.update_yaxes(title_text=f"{x_metric} (log)", type="log", row=2, col=1)
+    fig.update_yaxes(type="log", row=2)
+    fig.update_yaxes(title_text=f"{x_metric} (log)", row=2, col=1)
     fig.update_layout(height=520, margin={"t": 40, "b": 30})
     return fig
+
+
+def _order(value: object) -> tuple[bool, float | str]:
+    numeric = isinstance(value, int | float)
+    return (not numeric, value if numeric else str(value))
+
+
+def _label(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def importance_figure(study: optuna.Study, spec: StudySpec, n_complete: int) -> go.Figure | str:

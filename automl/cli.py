@@ -58,6 +58,21 @@ def targets_cmd(as_json: JsonOpt = False) -> None:
         console.print(targets_table(rows))
 
 
+@app.command("dashboard")
+def dashboard(
+    storage: StorageOpt = None,
+    host: Annotated[str, typer.Option(help="Bind address; it has no auth.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+) -> None:
+    """Start optuna-dashboard on the study storage and artifact store (warns off loopback)."""
+    from automl.dashboard import run_dashboard
+    from automl.settings import get_settings
+
+    settings = get_settings()
+    console.print(f"optuna-dashboard on http://{host}:{port}/ (Ctrl-C to stop)")
+    run_dashboard(storage or settings.storage, settings.artifacts_dir, host, port)
+
+
 @study_app.command("start")
 def start(
     spec_file: Annotated[Path | None, typer.Argument(help="Study spec YAML.")] = None,
@@ -220,6 +235,26 @@ def compare(first: str, second: str, storage: StorageOpt = None, as_json: JsonOp
         _print_json(comparison)
     else:
         console.print(comparison_table(comparison))
+
+
+@study_app.command("report")
+def report(
+    name: str,
+    out: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")],
+    models: Annotated[bool, typer.Option(help="Export the front's models beside it.")] = True,
+    storage: StorageOpt = None,
+) -> None:
+    """One self-contained HTML report: front, knobs, importances, failures, environment."""
+    from automl.report import write_report
+    from automl.settings import get_settings
+    from automl.storage import open_artifact_store
+
+    try:
+        store = open_artifact_store(get_settings()) if models else None
+        path = write_report(name, _storage(storage), out, store)
+    except AutomlError as e:
+        raise _fail(e) from None
+    console.print(f"Wrote {path}")
 
 
 @study_app.command("stop")

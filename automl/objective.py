@@ -84,10 +84,19 @@ class StudyObjective:
         trial.set_user_attr("history", outcome.history)
         trial.set_user_attr("preprocessing", data.preprocessing)
         trial.set_user_attr(ARTIFACT_ID, artifact_id)
-        for constraint in self.spec.constraints:
-            violation = constraint.violation(outcome.metrics)
-            trial.set_constraint(str(constraint), violation)
-        trial.set_user_attr("feasible", all(
-            c.violation(outcome.metrics) <= 0 for c in self.spec.constraints
-        ))  # fmt: skip
+        self._record_constraints(trial, outcome.metrics)
         return [outcome.metrics[o.metric] for o in self.spec.objectives]
+
+    def _record_constraints(self, trial: optuna.Trial, metrics: dict[str, float]) -> None:
+        """Record violations (≤ 0 is feasible) with ``set_constraint`` under index keys.
+
+        optuna-dashboard 0.21 reads only the older list attr ``constraints``; Optuna reads both
+        formats into the same index keys, so each constraint counts once. Their names are the
+        study's ``constraints`` user attr, in the same order.
+        """
+        violations = [c.violation(metrics) for c in self.spec.constraints]
+        for index, violation in enumerate(violations):
+            trial.set_constraint(str(index), violation)
+        if violations:
+            trial.storage.set_trial_system_attr(trial._trial_id, "constraints", violations)
+        trial.set_user_attr("feasible", all(v <= 0 for v in violations))

@@ -14,9 +14,23 @@ import onnx
 import pytest
 
 from automl.dashboard import exposure_warning, is_loopback
-from automl.spec import METRICS
+from automl.settings import Settings
+from automl.spec import METRICS, load_spec
+from automl.storage import open_storage
+from automl.studies import create_study
 
 NAME = "dash"
+SPEC = f"""
+name: {NAME}
+search_space: digits-mlp
+n_trials: 2
+constraints: ["latency_p99_ms <= 5", "size_mb <= 0.02"]
+"""
+# A small model meets the size budget and a wide fp32 one does not.
+ENQUEUED = [
+    {"arch.width": 16, "arch.depth": 1, "bits": 8, "int8_mode": "static"},
+    {"arch.width": 128, "arch.depth": 1, "bits": 32},
+]
 RECORDED = {*METRICS, "timings", "latency", "latency_source", "env", "candidate", "artifact_id"}
 
 
@@ -28,8 +42,13 @@ def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "AUTOML_STORAGE": f"sqlite:///{root / 'automl.db'}",
         "AUTOML_ARTIFACTS_DIR": str(root / "artifacts"),
     }
+    (root / "spec.yaml").write_text(SPEC)
     automl = Path(sys.executable).with_name("automl")
-    cmd = [automl, "study", "start", "--n-trials", "3", "--name", NAME, "--space", "digits-mlp"]
+    storage = open_storage(env["AUTOML_STORAGE"], Settings())
+    study = create_study(load_spec(root / "spec.yaml"), storage)
+    for params in ENQUEUED:
+        study.enqueue_trial(params)
+    cmd = [automl, "study", "start", "spec.yaml"]  # runs the enqueued trials first
     subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True, timeout=300)
     return {"root": root, "env": env}
 
@@ -88,7 +107,7 @@ def test_study_and_objective_names(detail: tuple[int, dict]) -> None:
     assert study["objective_names"] == ["accuracy", "latency_per_sample_ms"]
     assert study["directions"] == ["maximize", "minimize"]
     assert {a["key"] for a in study["user_attrs"]} >= {"automl_spec", "target", "constraints"}
-    assert len(study["trials"]) == 3
+    assert len(study["trials"]) == len(ENQUEUED)
     assert study["best_trials"]
 
 
@@ -96,18 +115,20 @@ def test_user_attrs_of_every_trial(detail: tuple[int, dict]) -> None:
     for trial in detail[1]["trials"]:
         assert trial["state"] == "Complete"
         attrs = {a["key"]: a["value"] for a in trial["user_attrs"]}
-        assert RECORDED <= attrs.keys()
+        assert attrs.keys() >= RECORDED
         assert attrs["latency_source"] == "measured"
         assert float(attrs["latency_p99_ms"]) > 0
 
 
 def test_feasibility_shows(detail: tuple[int, dict]) -> None:
     """The dashboard reads only the list attr ``constraints``, not Optuna 5's named ones."""
+    shown = []
     for trial in detail[1]["trials"]:
         attrs = {a["key"]: a["value"] for a in trial["user_attrs"]}
-        assert len(trial["constraints"]) == 1, "no constraint values reach the dashboard"
-        feasible = all(v <= 0 for v in trial["constraints"])
-        assert feasible == (attrs["feasible"] == "true")
+        assert len(trial["constraints"]) == 2, "the constraint values do not reach the dashboard"
+        shown.append(all(v <= 0 for v in trial["constraints"]))
+        assert shown[-1] == (attrs["feasible"] == "True")
+    assert set(shown) == {True, False}, "the fixture should have feasible and infeasible trials"
 
 
 def test_artifacts_download(detail: tuple[int, dict], dashboard: str, study_run: dict) -> None:

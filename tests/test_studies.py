@@ -48,7 +48,9 @@ def test_study_runs_records_and_builds_a_front(env, tmp_path):
     assert set(trial.user_attrs["timings"]) == {
         "train", "prune", "export", "quantize", "evaluate", "latency"
     }  # fmt: skip
-    assert trial.system_attrs["constraints:latency_p99_ms <= 50"] < 0
+    assert study.user_attrs["constraints"] == ["latency_p99_ms <= 50"]
+    assert trial.system_attrs["constraints:0"] < 0  # Optuna 5's set_constraint
+    assert trial.system_attrs["constraints"] == [trial.system_attrs["constraints:0"]]  # dashboard
 
     front = pareto_front("t", storage)
     assert front
