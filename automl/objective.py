@@ -85,7 +85,7 @@ class StudyObjective:
         trial.set_user_attr("preprocessing", data.preprocessing)
         trial.set_user_attr(ARTIFACT_ID, artifact_id)
         self._record_constraints(trial, outcome.metrics)
-        return [outcome.metrics[o.metric] for o in self.spec.objectives]
+        return [o.value(outcome.metrics) for o in self.spec.objectives]
 
     def _record_constraints(self, trial: optuna.Trial, metrics: dict[str, float]) -> None:
         """Record violations (≤ 0 is feasible) with ``set_constraint`` under index keys.

@@ -212,8 +212,9 @@ def pareto_front(name: str, storage: BaseStorage) -> list[dict]:
 
 
 def trial_record(trial: optuna.trial.FrozenTrial, spec: StudySpec) -> dict:
-    """A trial as a plain record: values by metric name, params, metrics and its model id."""
-    values = dict(zip(spec.metric_names, trial.values or [], strict=False))
+    """A trial as a plain record: objective metrics by name (raw, not log-scaled), params,
+    every metric and its model id."""
+    values = {m: trial.user_attrs[m] for m in spec.metric_names if m in trial.user_attrs}
     return {
         "number": trial.number,
         "state": trial.state.name,

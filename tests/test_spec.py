@@ -62,3 +62,13 @@ def test_unreadable_spec_file(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(SpecError, match="must be a mapping"):
         load_spec(tmp_path / "list.yaml")
+
+
+def test_latency_objectives_reach_the_sampler_in_log_scale():
+    accuracy, latency = parse_spec({}).objectives
+    assert (accuracy.scale, latency.scale) == ("linear", "log")
+    metrics = {"accuracy": 0.9, "latency_per_sample_ms": 0.01}
+    assert accuracy.value(metrics) == 0.9
+    assert latency.value(metrics) == pytest.approx(-2.0)
+    linear = parse_spec({"objectives": [{"metric": "size_mb", "scale": "linear"}]}).objectives[0]
+    assert linear.value({"size_mb": 0.5}) == 0.5

@@ -49,6 +49,8 @@ def test_study_runs_records_and_builds_a_front(env, tmp_path):
         "train", "prune", "export", "quantize", "evaluate", "latency"
     }  # fmt: skip
     assert study.user_attrs["constraints"] == ["latency_p99_ms <= 50"]
+    assert trial.values[0] == trial.user_attrs["accuracy"]
+    assert 10 ** trial.values[1] == pytest.approx(trial.user_attrs["latency_per_sample_ms"])
     assert trial.system_attrs["constraints:0"] < 0  # Optuna 5's set_constraint
     assert trial.system_attrs["constraints"] == [trial.system_attrs["constraints:0"]]  # dashboard
 
