@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -12,20 +11,18 @@ from pathlib import Path
 import httpx
 import onnx
 import pytest
+from conftest import run_cli_study
 
 from automl.dashboard import exposure_warning, is_loopback
-from automl.settings import Settings
-from automl.spec import METRICS, load_spec
-from automl.storage import open_storage
-from automl.studies import create_study
+from automl.spec import METRICS
 
 NAME = "dash"
-SPEC = f"""
-name: {NAME}
-search_space: digits-mlp
-n_trials: 2
-constraints: ["latency_p99_ms <= 5", "size_mb <= 0.02"]
-"""
+SPEC = {
+    "name": NAME,
+    "search_space": "digits-mlp",
+    "n_trials": 2,
+    "constraints": ["latency_p99_ms <= 5", "size_mb <= 0.02"],
+}
 # A small model meets the size budget and a wide fp32 one does not.
 ENQUEUED = [
     {"arch.width": 16, "arch.depth": 1, "bits": 8, "int8_mode": "static"},
@@ -36,21 +33,7 @@ RECORDED = {*METRICS, "timings", "latency", "latency_source", "env", "candidate"
 
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("dashboard")
-    env = {
-        **os.environ,
-        "AUTOML_STORAGE": f"sqlite:///{root / 'automl.db'}",
-        "AUTOML_ARTIFACTS_DIR": str(root / "artifacts"),
-    }
-    (root / "spec.yaml").write_text(SPEC)
-    automl = Path(sys.executable).with_name("automl")
-    storage = open_storage(env["AUTOML_STORAGE"], Settings())
-    study = create_study(load_spec(root / "spec.yaml"), storage)
-    for params in ENQUEUED:
-        study.enqueue_trial(params)
-    cmd = [automl, "study", "start", "spec.yaml"]  # runs the enqueued trials first
-    subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True, timeout=300)
-    return {"root": root, "env": env}
+    return run_cli_study(tmp_path_factory.mktemp("dashboard"), SPEC, ENQUEUED)
 
 
 @pytest.fixture(scope="module")

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import optuna
 import pytest
-from optuna.artifacts import FileSystemArtifactStore
+from conftest import run_cli_study
 from optuna.trial import TrialState
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from automl.data import Dataset
 from automl.exports import choose_trial, export_model
-from automl.settings import Settings
-from automl.spec import METRICS, parse_spec
-from automl.storage import open_storage
-from automl.studies import create_study, pareto_front
+from automl.spec import METRICS
+from automl.studies import pareto_front
 
 NAME = "ex"
 ORT_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)"}
@@ -37,27 +32,10 @@ ENQUEUED = [
 
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("exports")
-    env = {
-        **os.environ,
-        "AUTOML_STORAGE": f"sqlite:///{root / 'automl.db'}",
-        "AUTOML_ARTIFACTS_DIR": str(root / "artifacts"),
-    }
-    storage = open_storage(env["AUTOML_STORAGE"], Settings())
-    study = create_study(
-        parse_spec({"name": NAME, "search_space": "digits-mlp", "n_trials": 4}), storage
-    )
-    for params in ENQUEUED:
-        study.enqueue_trial({"arch.width": 32, "arch.depth": 1, "pruning_ratio": 0.0, **params})
-    automl = Path(sys.executable).with_name("automl")
-    cmd = [automl, "study", "start", "--name", NAME, "--space", "digits-mlp", "--n-trials", "4"]
-    subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True, timeout=300)
-    return {
-        "root": root,
-        "storage": storage,
-        "store": FileSystemArtifactStore(env["AUTOML_ARTIFACTS_DIR"]),
-        "trials": study.get_trials(states=[TrialState.COMPLETE]),
-    }
+    enqueued = [{"arch.width": 32, "arch.depth": 1, "pruning_ratio": 0.0, **p} for p in ENQUEUED]
+    spec = {"name": NAME, "search_space": "digits-mlp", "n_trials": 4}
+    run = run_cli_study(tmp_path_factory.mktemp("exports"), spec, enqueued)
+    return {**run, "trials": run["study"].get_trials(states=[TrialState.COMPLETE])}
 
 
 @pytest.fixture(scope="module")

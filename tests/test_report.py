@@ -3,32 +3,27 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from optuna.artifacts import FileSystemArtifactStore
+from conftest import run_cli_study
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from automl.report import FRONT_DATA_ID, latency_metric, write_report
-from automl.settings import Settings
-from automl.spec import load_spec
-from automl.storage import open_storage
-from automl.studies import create_study, load, pareto_front
+from automl.studies import load, pareto_front
 
 NAME = "rep"
 REASON = "RuntimeError: <b>export failed</b> & <script>alert(1)</script>"
-SPEC = f"""
-name: {NAME}
-search_space: digits-mlp
-n_trials: 4
-constraints: ["latency_p99_ms <= 5", "size_mb <= 0.02"]
-"""
+SPEC = {
+    "name": NAME,
+    "search_space": "digits-mlp",
+    "n_trials": 4,
+    "constraints": ["latency_p99_ms <= 5", "size_mb <= 0.02"],
+}
 # A small model meets the size budget and a wide fp32 one does not; the rest are sampled.
 ENQUEUED = [
     {"arch.width": 16, "arch.depth": 1, "bits": 8, "int8_mode": "static"},
@@ -38,35 +33,21 @@ ENQUEUED = [
 
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("report")
-    env = {
-        **os.environ,
-        "AUTOML_STORAGE": f"sqlite:///{root / 'automl.db'}",
-        "AUTOML_ARTIFACTS_DIR": str(root / "artifacts"),
-    }
-    (root / "spec.yaml").write_text(SPEC)
-    automl = Path(sys.executable).with_name("automl")
-    storage = open_storage(env["AUTOML_STORAGE"], Settings())
-    study = create_study(load_spec(root / "spec.yaml"), storage)
-    for params in ENQUEUED:
-        study.enqueue_trial(params)
-    cmd = [automl, "study", "start", "spec.yaml"]  # runs the enqueued trials first
-    subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True, timeout=300)
+    run = run_cli_study(tmp_path_factory.mktemp("report"), SPEC, ENQUEUED)
     failed = create_trial(
         state=TrialState.FAIL,
         params={"arch.width": 16},
         distributions={"arch.width": IntDistribution(16, 128, step=16)},
         user_attrs={"fail_reason": REASON},
     )
-    study.add_trial(failed)  # a failure with markup in its reason, which must be escaped
-    return {"root": root, "storage": storage, "artifacts": env["AUTOML_ARTIFACTS_DIR"]}
+    run["study"].add_trial(failed)  # a failure with markup in its reason, which must be escaped
+    return run
 
 
 @pytest.fixture(scope="module")
 def report(study_run: dict) -> Path:
     out = study_run["root"] / "out" / "report.html"
-    store = FileSystemArtifactStore(study_run["artifacts"])
-    assert write_report(NAME, study_run["storage"], out, artifact_store=store) == out
+    assert write_report(NAME, study_run["storage"], out, artifact_store=study_run["store"]) == out
     return out
 
 

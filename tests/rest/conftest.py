@@ -1,0 +1,199 @@
+"""API fixtures: real storages (SQLite and PostgreSQL) and a real uvicorn server on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+import optuna
+import pytest
+import uvicorn
+from pydantic import SecretStr
+
+from api import create_app
+from automl.settings import Settings
+from automl.storage import open_storage
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from fastapi import FastAPI
+
+TOKEN = "test-token-0123456789"
+PG_DSN = "host=127.0.0.1 port=5432 dbname=test"
+PG_USERS = ("postgres", "root")
+
+
+def _pg_user() -> str | None:
+    psycopg = pytest.importorskip("psycopg")
+    for user in PG_USERS:
+        try:
+            with psycopg.connect(f"{PG_DSN} user={user}", connect_timeout=3):
+                return user
+        except psycopg.OperationalError:
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema on 127.0.0.1:5432/test, dropped afterwards; yields its URL."""
+    import psycopg
+
+    user = _pg_user()
+    if user is None:
+        pytest.skip("PostgreSQL on 127.0.0.1:5432 (database test) is not reachable")
+    schema = f"api_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(f"{PG_DSN} user={user}", autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield f"postgresql+psycopg://{user}@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(f"{PG_DSN} user={user}", autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def storage_url(request, tmp_path_factory) -> Iterator[str]:
+    """A storage URL per backend, isolated per test module."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'studies.db'}"
+        return
+    with pg_schema() as url:
+        yield url
+
+
+def make_settings(root: Path, storage_url: str, **overrides: object) -> Settings:
+    """Settings for tests: one token, data and artifacts under ``root``, small caps."""
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    values: dict = {
+        "storage": storage_url,
+        "artifacts_dir": root / "artifacts",
+        "data_root": root / "data",
+        "api_tokens": [SecretStr(TOKEN)],
+        "max_n_trials": 50,
+        "max_timeout_s": 3600,
+        "heartbeat_interval_s": 5,
+        "grace_period_s": 20,
+    }
+    return Settings(_env_file=None, **{**values, **overrides})
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def token() -> str:
+    """The bearer token the test settings accept."""
+    return TOKEN
+
+
+@contextlib.contextmanager
+def live_server(app: FastAPI) -> Iterator[str]:
+    """Run ``app`` under uvicorn on 127.0.0.1 in a thread; yields the base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@dataclass(frozen=True)
+class Served:
+    """A live API: its base URL, and the storage and settings behind it."""
+
+    url: str
+    storage: optuna.storages.RDBStorage
+    settings: Settings
+
+
+@pytest.fixture(scope="module")
+def served(storage_url, tmp_path_factory) -> Iterator[Served]:
+    """A live API over ``storage_url``, shared by the tests of a module."""
+    settings = make_settings(tmp_path_factory.mktemp("api"), storage_url)
+    storage = open_storage(storage_url, settings)
+    with live_server(create_app(settings, storage=storage)) as url:
+        yield Served(url, storage, settings)
+    storage.engine.dispose()
+
+
+@pytest.fixture
+def client(served) -> Iterator[httpx.Client]:
+    """An authenticated client of the live API."""
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+        yield c
+
+
+def _synthetic_trial(number: int, accuracy: float, latency_ms: float) -> optuna.trial.FrozenTrial:
+    """A COMPLETE trial with the attrs a real one has; infeasible when p99 exceeds 5 ms."""
+    p99 = 2 * latency_ms
+    return optuna.trial.create_trial(
+        values=[accuracy, latency_ms],
+        params={"arch.width": 16 * (number % 8 + 1)},
+        distributions={"arch.width": optuna.distributions.IntDistribution(16, 128, step=16)},
+        user_attrs={
+            "accuracy": accuracy,
+            "latency_per_sample_ms": latency_ms,
+            "latency_p99_ms": p99,
+            "feasible": p99 <= 5,
+            "timings": {"train": 1.0, "export": 0.1},
+        },
+        constraints={"latency_p99_ms <= 5": p99 - 5},
+    )
+
+
+@pytest.fixture
+def submit(client):
+    """POST a spec (digits-mlp on cpu unless given) and return the response."""
+
+    def _submit(headers: dict | None = None, **spec: object) -> httpx.Response:
+        body = {"search_space": "digits-mlp", "n_trials": 2, **spec}
+        return client.post("/v1/studies", json=body, headers=headers or {})
+
+    return _submit
+
+
+@pytest.fixture
+def make_trial():
+    """Build a synthetic COMPLETE trial: ``make_trial(number, accuracy, latency_ms)``."""
+    return _synthetic_trial
+
+
+@pytest.fixture
+def unique():
+    """``unique(prefix)``: a study name no other test uses."""
+    return lambda prefix: f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def run_app():
+    """``with run_app(app) as url:`` serves any app under uvicorn on loopback."""
+    return live_server
+
+
+@pytest.fixture
+def settings_for(tmp_path):
+    """``settings_for(storage_url, **overrides)``: test settings rooted in ``tmp_path``."""
+    return lambda storage_url, **overrides: make_settings(tmp_path, storage_url, **overrides)

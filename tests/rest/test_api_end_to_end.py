@@ -1,0 +1,94 @@
+"""`automl.serve.serve` in a real process: submit over HTTP, a local worker runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _start_serve(storage_url: str, tmp_path, port: int, token: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "AUTOML_API_TOKENS": json.dumps([token]),
+        "AUTOML_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
+        "AUTOML_DATA_ROOT": str(tmp_path / "data"),
+    }
+    code = f"from automl.serve import serve; serve('127.0.0.1', {port}, 1, {storage_url!r})"
+    log = (tmp_path / "serve.log").open("w")
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_until(predicate, timeout_s: float, what: str, log) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except httpx.TransportError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.3)
+    pytest.fail(f"{what} within {timeout_s} s; server log:\n{log.read_text()[-3000:]}")
+
+
+def test_submitted_study_runs_on_a_local_worker_and_its_model_runs_in_ort(
+    storage_url, tmp_path, digits, free_port, token
+):
+    port = free_port
+    process = _start_serve(storage_url, tmp_path, port, token)
+    log = tmp_path / "serve.log"
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as client:
+            _wait_until(lambda: client.get("/healthz").status_code == 200, 30, "no /healthz", log)
+            spec = {"name": "e2e", "search_space": "digits-mlp", "n_trials": 2, "seed": 1}
+            assert client.post("/v1/studies", json=spec).status_code == 201
+
+            def finished() -> dict | None:
+                study = client.get("/v1/studies/e2e").json()
+                return study if study["state"] not in ("queued", "running") else None
+
+            study = _wait_until(finished, 90, "the study did not finish", log)
+            assert study["state"] == "done", study
+            assert study["counts"]["COMPLETE"] == 2
+
+            front = client.get("/v1/studies/e2e/pareto").json()["trials"]
+            assert front
+            best = max(front, key=lambda t: t["values"]["accuracy"])
+            detail = client.get(f"/v1/studies/e2e/trials/{best['number']}").json()
+            assert set(detail["timings"]) >= {"train", "export", "quantize", "latency"}
+            assert detail["latency_source"] == "measured"
+
+            response = client.get(best["model_url"])
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "application/octet-stream"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    session = ort.InferenceSession(response.content, providers=["CPUExecutionProvider"])
+    x = digits.x_test[:64].astype(np.float32)
+    assert x.shape == (64, 1, 8, 8)
+    logits = session.run(None, {session.get_inputs()[0].name: x})[0]
+    assert logits.shape == (64, 10)
+    accuracy = float((logits.argmax(1) == digits.y_test[:64]).mean())
+    assert accuracy > 0.8
+    assert accuracy == pytest.approx(best["values"]["accuracy"], abs=0.1)
+    assert "stopping 1 worker(s)" in log.read_text()

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx
+import pytest
+from optuna.storages import InMemoryStorage
+from sqlalchemy.exc import OperationalError
+
+from api import create_app
+from api.security import DEV_TOKEN
+from automl.errors import SpecError
+from automl.serve import serve
+
+
+def test_healthz_needs_no_token_and_checks_storage(served):
+    response = httpx.get(f"{served.url}/healthz")
+    assert response.json() == {"status": "ok", "storage": "ok"}
+
+
+def test_missing_token_is_401_and_wrong_token_is_403(served):
+    missing = httpx.get(f"{served.url}/v1/targets")
+    assert missing.status_code == 401
+    assert missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json()["code"] == "unauthorized"
+    basic = httpx.get(f"{served.url}/v1/targets", headers={"Authorization": "Basic eDp5"})
+    assert basic.status_code == 401
+    wrong = httpx.get(f"{served.url}/v1/targets", headers={"Authorization": "Bearer nope"})
+    assert (wrong.status_code, wrong.json()["code"]) == (403, "forbidden")
+
+
+def test_bodies_over_the_limit_get_413_declared_or_streamed(client):
+    body = b'{"name": "' + b"a" * (1024 * 1024) + b'"}'
+    declared = client.post(
+        "/v1/studies", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert (declared.status_code, declared.json()["code"]) == (413, "payload_too_large")
+    chunks = (body[i : i + 65536] for i in range(0, len(body), 65536))
+    streamed = client.post(
+        "/v1/studies", content=chunks, headers={"Content-Type": "application/json"}
+    )
+    assert (streamed.status_code, streamed.json()["code"]) == (413, "payload_too_large")
+    small = client.post("/v1/studies", content=b'{"n_trials": 0}')
+    assert small.status_code == 422
+
+
+def test_targets_and_search_spaces_are_listed(client):
+    targets = {t["name"]: t for t in client.get("/v1/targets").json()}
+    assert targets["cpu"]["present"] is True
+    assert targets["a100"]["kind"] == "cuda"
+    spaces = {s["name"]: s for s in client.get("/v1/search-spaces").json()}
+    assert {"digits-mlp", "digits-cnn", "digits-mixed"} <= set(spaces)
+    assert spaces["digits-mlp"]["params"]["arch.family"] == {"type": "fixed", "value": "mlp"}
+
+
+def test_openapi_documents_every_route(served):
+    paths = httpx.get(f"{served.url}/openapi.json").json()["paths"]
+    assert {
+        "/healthz",
+        "/v1/studies",
+        "/v1/studies/{name}",
+        "/v1/studies/{name}/stop",
+        "/v1/studies/{name}/pareto",
+        "/v1/studies/{name}/trials",
+        "/v1/studies/{name}/trials/{number}",
+        "/v1/studies/{name}/trials/{number}/model",
+        "/v1/targets",
+        "/v1/search-spaces",
+    } <= set(paths)
+    assert httpx.get(f"{served.url}/docs").status_code == 200
+
+
+class _BrokenStorage(InMemoryStorage):
+    def get_all_studies(self):
+        raise RuntimeError("secret internals")
+
+    def get_study_id_from_name(self, study_name):
+        raise OperationalError("SELECT", {}, Exception("db down"))
+
+
+def test_500_and_503_are_json_without_internals(settings_for, run_app, token):
+    app = create_app(settings_for("sqlite://"), storage=_BrokenStorage())
+    with run_app(app) as url:
+        crashed = httpx.get(f"{url}/v1/studies", headers={"Authorization": f"Bearer {token}"})
+        unhealthy = httpx.get(f"{url}/healthz")
+    assert crashed.status_code == 500
+    assert crashed.json() == {
+        "code": "internal_error",
+        "message": "internal server error; see the server log",
+    }
+    assert (unhealthy.status_code, unhealthy.json()["code"]) == (503, "storage_unavailable")
+    assert "db down" not in unhealthy.text
+
+
+def test_tokens_come_from_a_file(settings_for, run_app, tmp_path):
+    (tmp_path / "tokens").write_text("# ci\nfile-token-1\n\nfile-token-2\n")
+    settings = settings_for("sqlite://", api_tokens=[], api_token_file=tmp_path / "tokens")
+    with run_app(create_app(settings, storage=InMemoryStorage())) as url:
+        ok = httpx.get(f"{url}/v1/targets", headers={"Authorization": "Bearer file-token-2"})
+        comment = httpx.get(f"{url}/v1/targets", headers={"Authorization": "Bearer # ci"})
+    assert (ok.status_code, comment.status_code) == (200, 403)
+
+
+def test_no_token_needs_dev_mode_and_dev_mode_needs_loopback(settings_for, run_app):
+    with pytest.raises(SpecError, match="no API token configured"):
+        create_app(settings_for("sqlite://", api_tokens=[]), storage=InMemoryStorage())
+    dev = settings_for("sqlite://", api_tokens=[], dev_mode=True)
+    with run_app(create_app(dev, storage=InMemoryStorage())) as url:
+        auth = {"Authorization": f"Bearer {DEV_TOKEN}"}
+        assert httpx.get(f"{url}/v1/targets", headers=auth).status_code == 200
+    with pytest.raises(SpecError, match="refusing to serve on"):
+        serve("0.0.0.0", 8000, 0, "sqlite://", settings=dev)
+    with pytest.raises(SpecError, match="no API token configured"):
+        serve("127.0.0.1", 8000, 0, "sqlite://", settings=settings_for("sqlite://", api_tokens=[]))
+
+
+def test_importing_the_api_does_not_import_torch():
+    code = (
+        "import sys, api, automl.serve\n"
+        "from api.main import create_app\n"
+        "from automl.settings import Settings\n"
+        "app = create_app(Settings(_env_file=None, dev_mode=True, storage='sqlite://',"
+        " artifacts_dir='/tmp/automl-api-import-check'))\n"
+        "app.openapi()\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

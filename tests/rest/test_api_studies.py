@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+
+from automl.studies import STOP_ATTR
+
+
+def test_submit_returns_201_and_the_study_resource(submit, client, unique):
+    name = unique("sub")
+    response = submit(name=name)
+    assert response.status_code == 201
+    assert response.headers["location"] == f"/v1/studies/{name}"
+    body = response.json()
+    assert body["name"] == name
+    assert body["state"] == "queued"
+    assert body["spec"]["search_space"] == "digits-mlp"
+    assert body["counts"]["COMPLETE"] == 0
+    assert body["waiting_reason"] == "waiting for a free worker with target 'cpu'"
+    assert client.get(f"/v1/studies/{name}").json() == body
+
+
+def test_idempotency_key_returns_the_same_study(submit, unique):
+    key = unique("key")
+    first = submit(headers={"Idempotency-Key": key})
+    again = submit(headers={"Idempotency-Key": key})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["name"] == first.json()["name"]
+    changed = submit(headers={"Idempotency-Key": key}, seed=7)
+    assert changed.status_code == 409
+    assert changed.json()["code"] == "conflict"
+
+
+def test_without_a_key_each_submission_is_a_new_study_and_names_conflict(submit, unique):
+    first, second = submit(), submit()
+    assert first.status_code == second.status_code == 201
+    assert first.json()["name"] != second.json()["name"]
+    name = unique("taken")
+    assert submit(name=name).status_code == 201
+    conflict = submit(name=name)
+    assert conflict.status_code == 409
+    assert name in conflict.json()["message"]
+
+
+def test_list_is_paginated(submit, client):
+    for _ in range(3):
+        submit()
+    total = client.get("/v1/studies", params={"limit": 1}).json()["total"]
+    assert total >= 3
+    pages = [client.get("/v1/studies", params={"offset": i, "limit": 2}).json() for i in (0, 2)]
+    assert [len(p["items"]) for p in pages] == [2, min(2, total - 2)]
+    names = [s["name"] for p in pages for s in p["items"]]
+    assert len(set(names)) == len(names)
+    assert pages[0]["offset"] == 0 and pages[0]["limit"] == 2
+
+
+def test_absent_target_stays_queued_and_says_why(submit):
+    body = submit(target="a100").json()
+    assert body["state"] == "queued"
+    assert "'a100' is not present on this machine" in body["waiting_reason"]
+    assert "automl worker --target a100" in body["waiting_reason"]
+
+
+def test_stop_marks_the_study_stopped(submit, client, served):
+    name = submit().json()["name"]
+    response = client.post(f"/v1/studies/{name}/stop")
+    assert response.status_code == 202
+    assert response.json()["state"] == "stopped"
+    storage = served.storage
+    assert storage.get_study_user_attrs(storage.get_study_id_from_name(name))[STOP_ATTR] is True
+
+
+def test_pareto_lists_the_feasible_non_dominated_trials(submit, client, served, make_trial):
+    name = submit(n_trials=10).json()["name"]
+    study = optuna.load_study(study_name=name, storage=served.storage)
+    rows = [(0.90, 1.0), (0.95, 2.0), (0.93, 2.5), (0.99, 2.4), (0.999, 9.0)]
+    study.add_trials([make_trial(i, acc, lat) for i, (acc, lat) in enumerate(rows)])
+    front = client.get(f"/v1/studies/{name}/pareto").json()
+    assert front["objectives"] == [
+        {"metric": "accuracy", "direction": "maximize"},
+        {"metric": "latency_per_sample_ms", "direction": "minimize"},
+    ]
+    # trial 2 is dominated by trials 1 and 3; trial 4 is infeasible (p99 18 ms > 5 ms)
+    assert [t["number"] for t in front["trials"]] == [0, 1, 3]
+    assert front["trials"][1]["values"] == {"accuracy": 0.95, "latency_per_sample_ms": 2.0}
+    assert front["trials"][0]["model_url"] is None  # synthetic trials have no model
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"n_trials": 0}, "n_trials"),
+        ({"n_trials": 51}, "n_trials"),
+        ({"timeout_s": 1e9}, "timeout_s"),
+        ({"target": "tpu"}, "target"),
+        ({"search_space": "search_spaces/digits-mlp.yaml"}, "search_space"),
+        ({"dataset": "os:system"}, "dataset"),
+        ({"dataset": "../../etc/passwd.npz"}, "dataset"),
+        ({"dataset": "/etc/x.npz"}, "dataset"),
+        ({"dataset": "missing.npz"}, "dataset"),
+        ({"objectives": [{"metric": "speed"}]}, "objectives.0.metric"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+def test_bad_specs_get_422_naming_the_field(submit, spec, field):
+    response = submit(**spec)
+    assert response.status_code == 422
+    body = response.json()
+    assert body["code"] in ("invalid_request", "invalid_spec")
+    assert field in [e["field"] for e in body["errors"]]
+    assert field.split(".")[0] in body["message"] or body["code"] == "invalid_spec"
+
+
+def test_npz_under_the_data_root_is_accepted(submit, served):
+    data_root = served.settings.data_root
+    np.savez(data_root / "mine.npz", x_train=np.zeros((4, 2)), y_train=np.zeros(4))
+    response = submit(dataset="mine.npz")
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["dataset"] == str(data_root / "mine.npz")
+
+
+def test_404_names_what_is_missing(client):
+    response = client.get("/v1/studies/no-such-study")
+    assert response.status_code == 404
+    assert response.json() == {
+        "code": "study_not_found",
+        "message": "no study named 'no-such-study'; `automl study list` shows the existing ones",
+    }
+    assert client.get("/v1/nothing").json()["code"] == "not_found"
