@@ -1,4 +1,4 @@
-"""Evaluate stage on a tiny real digits MLP, run in ONNX Runtime."""
+"""Evaluate stage on a real digits MLP from the train and export stages, run in ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -8,73 +8,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnxconverter_common import float16
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from torch import nn
 
 from automl.errors import SpecError
 from automl.pipeline.evaluate import Evaluation, evaluate
+from automl.pipeline.train import accuracy
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:You are using the legacy TorchScript-based ONNX export:DeprecationWarning",
-    "ignore:The feature will be removed:DeprecationWarning",
-)
-
-
-def _digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    data = load_digits()
-    x = (data.images / 16.0).reshape(-1, 1, 8, 8).astype(np.float32)
-    return train_test_split(x, data.target, test_size=0.25, stratify=data.target, random_state=0)
-
-
-def _trained_mlp(x: np.ndarray, y: np.ndarray) -> nn.Module:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    xs, ys = torch.from_numpy(x), torch.from_numpy(y)
-    for _ in range(10):
-        order = torch.randperm(len(xs))
-        for i in range(0, len(xs), 32):
-            batch = order[i : i + 32]
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(xs[batch]), ys[batch]).backward()
-            optimizer.step()
-    return model.eval()
-
 
 @pytest.fixture(scope="module")
-def digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    return _digits()
-
-
-@pytest.fixture(scope="module")
-def mlp(digits, tmp_path_factory) -> tuple[Path, float]:
-    """The exported fp32 model and the accuracy of its torch predictions on the test split."""
-    x_train, x_test, y_train, y_test = digits
-    model = _trained_mlp(x_train, y_train)
-    with torch.no_grad():
-        torch_accuracy = float(np.mean(model(torch.from_numpy(x_test)).argmax(1).numpy() == y_test))
-    path = tmp_path_factory.mktemp("evaluate") / "mlp.onnx"
-    torch.onnx.export(
-        model,
-        torch.from_numpy(x_test[:1]),
-        path,
-        dynamo=False,
-        input_names=["input"],
-        output_names=["logits"],
-        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-        opset_version=17,
-    )
-    return path, torch_accuracy
+def mlp(digits, trained_models, exported_models) -> tuple[Path, float]:
+    """The exported fp32 MLP and the accuracy of its torch predictions on the test split."""
+    torch_accuracy = accuracy(trained_models["mlp"], digits.x_test, digits.y_test)
+    return exported_models["mlp"], torch_accuracy
 
 
 def test_accuracy_matches_the_torch_model(digits, mlp):
-    _, x_test, _, y_test = digits
+    x_test, y_test = digits.x_test, digits.y_test
     path, torch_accuracy = mlp
     result = evaluate(path, x_test, y_test, num_classes=10)
     assert torch_accuracy > 0.9
@@ -84,7 +36,7 @@ def test_accuracy_matches_the_torch_model(digits, mlp):
 
 
 def test_confusion_is_consistent_with_accuracy(digits, mlp):
-    _, x_test, _, y_test = digits
+    x_test, y_test = digits.x_test, digits.y_test
     result = evaluate(mlp[0], x_test, y_test, num_classes=10)
     confusion = np.array(result.confusion)
     assert confusion.shape == (10, 10)
@@ -94,13 +46,13 @@ def test_confusion_is_consistent_with_accuracy(digits, mlp):
 
 
 def test_batching_does_not_change_the_result(digits, mlp):
-    _, x_test, _, y_test = digits
+    x_test, y_test = digits.x_test, digits.y_test
     whole = evaluate(mlp[0], x_test, y_test, num_classes=10, batch_size=1024)
     assert evaluate(mlp[0], x_test, y_test, num_classes=10, batch_size=7) == whole
 
 
 def test_float16_input_is_cast(digits, mlp, tmp_path):
-    _, x_test, _, y_test = digits
+    x_test, y_test = digits.x_test, digits.y_test
     fp16_path = tmp_path / "mlp16.onnx"
     onnx.save(float16.convert_float_to_float16(onnx.load(mlp[0]), keep_io_types=False), fp16_path)
     fp32 = evaluate(mlp[0], x_test, y_test, num_classes=10)
@@ -109,14 +61,14 @@ def test_float16_input_is_cast(digits, mlp, tmp_path):
 
 
 def test_as_dict_is_json_ready(digits, mlp):
-    _, x_test, _, y_test = digits
+    x_test, y_test = digits.x_test, digits.y_test
     result = evaluate(mlp[0], x_test[:20], y_test[:20], num_classes=10)
     data = json.loads(json.dumps(result.as_dict()))
     assert Evaluation(data["accuracy"], tuple(map(tuple, data["confusion"])), data["n"]) == result
 
 
 def test_length_mismatch(digits, mlp):
-    _, x_test, _, y_test = digits
+    x_test, y_test = digits.x_test, digits.y_test
     with pytest.raises(SpecError, match="x has 10 samples but y has 9 labels"):
         evaluate(mlp[0], x_test[:10], y_test[:9], num_classes=10)
 
@@ -130,7 +82,7 @@ def test_length_mismatch(digits, mlp):
     ],
 )
 def test_bad_arguments(digits, mlp, num_classes, batch_size, message):
-    _, x_test, _, y_test = digits
+    x_test, y_test = digits.x_test, digits.y_test
     with pytest.raises(SpecError, match=message):
         evaluate(mlp[0], x_test, y_test, num_classes=num_classes, batch_size=batch_size)
 
