@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -55,6 +57,7 @@ class StudyObjective:
 
         space = load_space(self.spec.search_space)
         target = load_target(self.spec.target)
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         candidate = space.suggest(trial)
         trial.set_user_attr("candidate", candidate.as_dict())
         data = cached_dataset(self.spec.dataset, self.spec.seed, self.data_root)
