@@ -58,6 +58,75 @@ def targets_cmd(as_json: JsonOpt = False) -> None:
         console.print(targets_table(rows))
 
 
+@app.command("worker")
+def worker(
+    storage: StorageOpt = None,
+    target: Annotated[str | None, typer.Option(help="Serve studies of this target only.")] = None,
+    auto: Annotated[bool, typer.Option(help="Serve every target present here.")] = False,
+    studies: Annotated[
+        list[str] | None, typer.Option(help="Only these studies (repeat, or comma-separated).")
+    ] = None,
+    max_trials: Annotated[int | None, typer.Option(help="Run at most N trials.", min=1)] = None,
+    wait: Annotated[bool, typer.Option(help="Keep polling when idle instead of exiting.")] = False,
+) -> None:
+    """Run trials of the studies in the storage whose target this machine has.
+
+    Exits when no study in scope has work left (unless --wait), and on SIGTERM or Ctrl-C after
+    finishing its running trial. Failed stale trials of dead workers are re-queued.
+    """
+    import logging
+
+    from automl.queries import cached
+    from automl.queue import Scope, work
+    from automl.settings import get_settings
+    from automl.storage import open_artifact_store
+    from automl.targets import is_present, list_targets, load_target, require_present
+    from automl.worker import GracefulStop
+
+    if target is not None and auto:
+        raise _fail(AutomlError("give --target T or --auto, not both"))
+    try:
+        if target is not None:
+            require_present(load_target(target))
+        targets = {target} if target else {t.name for t in list_targets() if is_present(t)}
+        store = _storage(storage)
+    except AutomlError as e:
+        raise _fail(e) from None
+    names = {n.strip() for item in studies or [] for n in item.split(",") if n.strip()}
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("automl").setLevel(logging.INFO)
+    err.print(
+        f"worker serving targets {sorted(targets)}"
+        + (f", studies {sorted(names)}" if names else "")
+    )
+    ran = work(
+        cached(store),
+        artifact_store=open_artifact_store(get_settings()),
+        settings=get_settings(),
+        stop=GracefulStop().install(),
+        scope=Scope(targets=frozenset(targets), studies=frozenset(names) if names else None),
+        max_trials=max_trials,
+        exit_when_idle=not wait,
+    )
+    err.print(f"worker done: {ran} trial(s) run here")
+
+
+@app.command("serve")
+def serve_cmd(
+    storage: StorageOpt = None,
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Local trial worker processes.", min=0)] = 1,
+) -> None:
+    """Serve the REST API (OpenAPI at /docs) with K local trial workers."""
+    from automl.serve import serve
+
+    try:
+        serve(host=host, port=port, workers=workers, storage_url=storage)
+    except AutomlError as e:
+        raise _fail(e) from None
+
+
 @app.command("dashboard")
 def dashboard(
     storage: StorageOpt = None,

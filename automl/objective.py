@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import tempfile
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from automl.cache import StageCache
     from automl.spec import StudySpec
 
+logger = logging.getLogger("automl.trial")
 FAIL_REASON = "fail_reason"
 ARTIFACT_ID = "artifact_id"
 
@@ -57,7 +59,9 @@ class StudyObjective:
 
         space = load_space(self.spec.search_space)
         target = load_target(self.spec.target)
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        trial.set_user_attr("worker", worker)
+        logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker)
         candidate = space.suggest(trial)
         trial.set_user_attr("candidate", candidate.as_dict())
         data = cached_dataset(self.spec.dataset, self.spec.seed, self.data_root)

@@ -8,17 +8,21 @@ stays queued for a worker on the right hardware (``automl worker --target …``)
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import optuna
+from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from automl.errors import AutomlError
 from automl.queries import target_present
 from automl.spec import parse_spec
 from automl.studies import SPEC_ATTR, STOP_ATTR, count_states, fail_cap
-from automl.worker import run_study_loop
+from automl.worker import reap_stale_trials, run_study_loop
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
@@ -31,22 +35,39 @@ if TYPE_CHECKING:
 logger = logging.getLogger("automl.queue")
 
 
-def runnable_studies(storage: BaseStorage) -> list[str]:
+@dataclass(frozen=True)
+class Scope:
+    """Which studies a worker serves: by target and by name (None means any)."""
+
+    targets: frozenset[str] | None = None
+    studies: frozenset[str] | None = None
+
+    def admits(self, name: str, target: str) -> bool:
+        """Whether a study of this name and target is in scope."""
+        return (self.targets is None or target in self.targets) and (
+            self.studies is None or name in self.studies
+        )
+
+
+def runnable_studies(storage: BaseStorage, scope: Scope = Scope()) -> list[str]:
     """Names of the studies a worker on this machine can advance now, oldest first."""
-    return [s.study_name for s in storage.get_all_studies() if _runnable(s, storage)]
+    return [s.study_name for s in storage.get_all_studies() if _runnable(s, storage, scope)]
 
 
-def _runnable(study: FrozenStudy, storage: BaseStorage) -> bool:
+def _runnable(study: FrozenStudy, storage: BaseStorage, scope: Scope) -> bool:
     attrs = study.user_attrs
     if SPEC_ATTR not in attrs or attrs.get(STOP_ATTR):
         return False
     try:
         spec = parse_spec(attrs[SPEC_ATTR])
-        if not target_present(spec.target):
+        if not scope.admits(study.study_name, spec.target) or not target_present(spec.target):
             return False
     except AutomlError:
         return False  # a stored spec this version cannot read; `study show` reports it
     trials = storage.get_all_trials(study._study_id, deepcopy=False)
+    if any(t.state == TrialState.RUNNING for t in trials):
+        reap_stale_trials(optuna.load_study(study_name=study.study_name, storage=storage))
+        trials = storage.get_all_trials(study._study_id, deepcopy=False)
     counts = count_states(trials)
     if counts["FAIL"] >= fail_cap(spec):
         return False
@@ -63,30 +84,96 @@ def work(
     artifact_store: FileSystemArtifactStore,
     settings: Settings,
     stop: GracefulStop,
+    scope: Scope = Scope(),
+    max_trials: int | None = None,
+    exit_when_idle: bool = False,
     poll_s: float = 2.0,
-) -> None:
-    """Run runnable studies, oldest first, until ``stop`` is requested.
+) -> int:
+    """Run runnable studies, oldest first, until stopped, out of budget or (optionally) idle.
 
     Args:
         storage: The shared storage, ideally wrapped with :func:`automl.queries.cached`.
         artifact_store: Where trial models go.
         settings: Data root and related settings.
         stop: Stop flag; the running trial finishes first.
+        scope: The targets and studies this worker serves.
+        max_trials: Trials this worker runs at most.
+        exit_when_idle: Return once no study in scope is runnable, instead of polling.
         poll_s: Wait between looks at an empty queue.
+
+    Returns:
+        How many trials this worker ran.
     """
-    while not stop.requested:
+    ran = 0
+    while not stop.requested and (max_trials is None or ran < max_trials):
         try:
-            names = runnable_studies(storage)
+            names = runnable_studies(storage, scope)
             if names:
                 result = run_study_loop(
                     names[0], storage, artifact_store=artifact_store, settings=settings,
                     stop=stop, poll_s=min(poll_s, 1.0),
+                    max_trials=None if max_trials is None else max_trials - ran,
                 )  # fmt: skip
+                ran += result.ran
                 logger.info("study %s: %s trial(s) here, %s", names[0], result.ran, result.reason)
                 continue
+            if exit_when_idle:
+                break
         except (AutomlError, SQLAlchemyError) as e:
             logger.warning("worker: %s; retrying in %.0f s", e, poll_s)
         _sleep(poll_s, stop)
+    return ran
+
+
+def reap_all(storage: BaseStorage) -> int:
+    """Fail the stale RUNNING trials of every study (retrying them per the storage's callback).
+
+    Returns:
+        How many trials were failed.
+    """
+    failed = 0
+    for study in storage.get_all_studies():
+        trials = storage.get_all_trials(
+            study._study_id, deepcopy=False, states=(TrialState.RUNNING,)
+        )
+        if not trials:
+            continue
+        reap_stale_trials(optuna.load_study(study_name=study.study_name, storage=storage))
+        still = storage.get_all_trials(
+            study._study_id, deepcopy=False, states=(TrialState.RUNNING,)
+        )
+        failed += len(trials) - len(still)
+    return failed
+
+
+class Reaper:
+    """A daemon thread that runs :func:`reap_all` every ``interval_s`` (for the API process)."""
+
+    def __init__(self, storage: BaseStorage, interval_s: float) -> None:
+        self._storage = storage
+        self._interval_s = interval_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="automl-reaper", daemon=True)
+
+    def start(self) -> Reaper:
+        """Start reaping."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop after the current pass."""
+        self._stopped.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            try:
+                reaped = reap_all(self._storage)
+            except SQLAlchemyError as e:
+                logger.warning("reaper: %s", e)
+                continue
+            if reaped:
+                logger.warning("reaper: failed %d stale trial(s) of dead workers", reaped)
 
 
 def _sleep(seconds: float, stop: GracefulStop) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -16,6 +19,45 @@ from automl.settings import Settings
 from automl.spec import parse_spec
 from automl.storage import open_storage
 from automl.studies import create_study
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+PG_DSN = "host=127.0.0.1 port=5432 dbname=test"
+PG_USERS = ("postgres", "root")
+
+
+def _pg_user() -> str | None:
+    psycopg = pytest.importorskip("psycopg")
+    for user in PG_USERS:
+        try:
+            with psycopg.connect(f"{PG_DSN} user={user}", connect_timeout=3):
+                return user
+        except psycopg.OperationalError:
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema on 127.0.0.1:5432/test, dropped afterwards; yields its URL."""
+    import psycopg
+
+    user = _pg_user()
+    if user is None:
+        message = "PostgreSQL on 127.0.0.1:5432 (database test) is not reachable"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # .ci/run starts it; a skip there would hide a broken setup
+        pytest.skip(message)
+    schema = f"api_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(f"{PG_DSN} user={user}", autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield f"postgresql+psycopg://{user}@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(f"{PG_DSN} user={user}", autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 @pytest.fixture(scope="session")

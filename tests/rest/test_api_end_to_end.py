@@ -14,17 +14,19 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+pytest_plugins = ["api_fixtures"]
+
 pytestmark = pytest.mark.slow
 
 
-def _start_serve(storage_url: str, tmp_path, port: int, token: str) -> subprocess.Popen:
+def _start_serve(api_storage_url: str, tmp_path, port: int, api_token: str) -> subprocess.Popen:
     env = {
         **os.environ,
-        "AUTOML_API_TOKENS": json.dumps([token]),
+        "AUTOML_API_TOKENS": json.dumps([api_token]),
         "AUTOML_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
         "AUTOML_DATA_ROOT": str(tmp_path / "data"),
     }
-    code = f"from automl.serve import serve; serve('127.0.0.1', {port}, 1, {storage_url!r})"
+    code = f"from automl.serve import serve; serve('127.0.0.1', {port}, 1, {api_storage_url!r})"
     log = (tmp_path / "serve.log").open("w")
     return subprocess.Popen(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -46,34 +48,37 @@ def _wait_until(predicate, timeout_s: float, what: str, log) -> object:
 
 
 def test_submitted_study_runs_on_a_local_worker_and_its_model_runs_in_ort(
-    storage_url, tmp_path, digits, free_port, token
+    api_storage_url, tmp_path, digits, api_port, api_token
 ):
-    port = free_port
-    process = _start_serve(storage_url, tmp_path, port, token)
+
+    port = api_port
+    process = _start_serve(api_storage_url, tmp_path, port, api_token)
     log = tmp_path / "serve.log"
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = {"Authorization": f"Bearer {api_token}"}
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as client:
-            _wait_until(lambda: client.get("/healthz").status_code == 200, 30, "no /healthz", log)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as api_client:
+            _wait_until(
+                lambda: api_client.get("/healthz").status_code == 200, 30, "no /healthz", log
+            )
             spec = {"name": "e2e", "search_space": "digits-mlp", "n_trials": 2, "seed": 1}
-            assert client.post("/v1/studies", json=spec).status_code == 201
+            assert api_client.post("/v1/studies", json=spec).status_code == 201
 
             def finished() -> dict | None:
-                study = client.get("/v1/studies/e2e").json()
+                study = api_client.get("/v1/studies/e2e").json()
                 return study if study["state"] not in ("queued", "running") else None
 
             study = _wait_until(finished, 90, "the study did not finish", log)
             assert study["state"] == "done", study
             assert study["counts"]["COMPLETE"] == 2
 
-            front = client.get("/v1/studies/e2e/pareto").json()["trials"]
+            front = api_client.get("/v1/studies/e2e/pareto").json()["trials"]
             assert front
             best = max(front, key=lambda t: t["values"]["accuracy"])
-            detail = client.get(f"/v1/studies/e2e/trials/{best['number']}").json()
+            detail = api_client.get(f"/v1/studies/e2e/trials/{best['number']}").json()
             assert set(detail["timings"]) >= {"train", "export", "quantize", "latency"}
             assert detail["latency_source"] == "measured"
 
-            response = client.get(best["model_url"])
+            response = api_client.get(best["model_url"])
             assert response.status_code == 200
             assert response.headers["content-type"] == "application/octet-stream"
     finally:

@@ -13,49 +13,51 @@ from api.security import DEV_TOKEN
 from automl.errors import SpecError
 from automl.serve import serve
 
+pytest_plugins = ["api_fixtures"]
 
-def test_healthz_needs_no_token_and_checks_storage(served):
-    response = httpx.get(f"{served.url}/healthz")
+
+def test_healthz_needs_no_token_and_checks_storage(api_server):
+    response = httpx.get(f"{api_server.url}/healthz")
     assert response.json() == {"status": "ok", "storage": "ok"}
 
 
-def test_missing_token_is_401_and_wrong_token_is_403(served):
-    missing = httpx.get(f"{served.url}/v1/targets")
+def test_missing_token_is_401_and_wrong_token_is_403(api_server):
+    missing = httpx.get(f"{api_server.url}/v1/targets")
     assert missing.status_code == 401
     assert missing.headers["www-authenticate"] == "Bearer"
     assert missing.json()["code"] == "unauthorized"
-    basic = httpx.get(f"{served.url}/v1/targets", headers={"Authorization": "Basic eDp5"})
+    basic = httpx.get(f"{api_server.url}/v1/targets", headers={"Authorization": "Basic eDp5"})
     assert basic.status_code == 401
-    wrong = httpx.get(f"{served.url}/v1/targets", headers={"Authorization": "Bearer nope"})
+    wrong = httpx.get(f"{api_server.url}/v1/targets", headers={"Authorization": "Bearer nope"})
     assert (wrong.status_code, wrong.json()["code"]) == (403, "forbidden")
 
 
-def test_bodies_over_the_limit_get_413_declared_or_streamed(client):
+def test_bodies_over_the_limit_get_413_declared_or_streamed(api_client):
     body = b'{"name": "' + b"a" * (1024 * 1024) + b'"}'
-    declared = client.post(
+    declared = api_client.post(
         "/v1/studies", content=body, headers={"Content-Type": "application/json"}
     )
     assert (declared.status_code, declared.json()["code"]) == (413, "payload_too_large")
     chunks = (body[i : i + 65536] for i in range(0, len(body), 65536))
-    streamed = client.post(
+    streamed = api_client.post(
         "/v1/studies", content=chunks, headers={"Content-Type": "application/json"}
     )
     assert (streamed.status_code, streamed.json()["code"]) == (413, "payload_too_large")
-    small = client.post("/v1/studies", content=b'{"n_trials": 0}')
+    small = api_client.post("/v1/studies", content=b'{"n_trials": 0}')
     assert small.status_code == 422
 
 
-def test_targets_and_search_spaces_are_listed(client):
-    targets = {t["name"]: t for t in client.get("/v1/targets").json()}
+def test_targets_and_search_spaces_are_listed(api_client):
+    targets = {t["name"]: t for t in api_client.get("/v1/targets").json()}
     assert targets["cpu"]["present"] is True
     assert targets["a100"]["kind"] == "cuda"
-    spaces = {s["name"]: s for s in client.get("/v1/search-spaces").json()}
+    spaces = {s["name"]: s for s in api_client.get("/v1/search-spaces").json()}
     assert {"digits-mlp", "digits-cnn", "digits-mixed"} <= set(spaces)
     assert spaces["digits-mlp"]["params"]["arch.family"] == {"type": "fixed", "value": "mlp"}
 
 
-def test_openapi_documents_every_route(served):
-    paths = httpx.get(f"{served.url}/openapi.json").json()["paths"]
+def test_openapi_documents_every_route(api_server):
+    paths = httpx.get(f"{api_server.url}/openapi.json").json()["paths"]
     assert {
         "/healthz",
         "/v1/studies",
@@ -68,7 +70,7 @@ def test_openapi_documents_every_route(served):
         "/v1/targets",
         "/v1/search-spaces",
     } <= set(paths)
-    assert httpx.get(f"{served.url}/docs").status_code == 200
+    assert httpx.get(f"{api_server.url}/docs").status_code == 200
 
 
 class _BrokenStorage(InMemoryStorage):
@@ -79,10 +81,10 @@ class _BrokenStorage(InMemoryStorage):
         raise OperationalError("SELECT", {}, Exception("db down"))
 
 
-def test_500_and_503_are_json_without_internals(settings_for, run_app, token):
-    app = create_app(settings_for("sqlite://"), storage=_BrokenStorage())
-    with run_app(app) as url:
-        crashed = httpx.get(f"{url}/v1/studies", headers={"Authorization": f"Bearer {token}"})
+def test_500_and_503_are_json_without_internals(api_settings, run_api, api_token):
+    app = create_app(api_settings("sqlite://"), storage=_BrokenStorage())
+    with run_api(app) as url:
+        crashed = httpx.get(f"{url}/v1/studies", headers={"Authorization": f"Bearer {api_token}"})
         unhealthy = httpx.get(f"{url}/healthz")
     assert crashed.status_code == 500
     assert crashed.json() == {
@@ -93,26 +95,26 @@ def test_500_and_503_are_json_without_internals(settings_for, run_app, token):
     assert "db down" not in unhealthy.text
 
 
-def test_tokens_come_from_a_file(settings_for, run_app, tmp_path):
+def test_tokens_come_from_a_file(api_settings, run_api, tmp_path):
     (tmp_path / "tokens").write_text("# ci\nfile-token-1\n\nfile-token-2\n")
-    settings = settings_for("sqlite://", api_tokens=[], api_token_file=tmp_path / "tokens")
-    with run_app(create_app(settings, storage=InMemoryStorage())) as url:
+    settings = api_settings("sqlite://", api_tokens=[], api_token_file=tmp_path / "tokens")
+    with run_api(create_app(settings, storage=InMemoryStorage())) as url:
         ok = httpx.get(f"{url}/v1/targets", headers={"Authorization": "Bearer file-token-2"})
         comment = httpx.get(f"{url}/v1/targets", headers={"Authorization": "Bearer # ci"})
     assert (ok.status_code, comment.status_code) == (200, 403)
 
 
-def test_no_token_needs_dev_mode_and_dev_mode_needs_loopback(settings_for, run_app):
+def test_no_token_needs_dev_mode_and_dev_mode_needs_loopback(api_settings, run_api):
     with pytest.raises(SpecError, match="no API token configured"):
-        create_app(settings_for("sqlite://", api_tokens=[]), storage=InMemoryStorage())
-    dev = settings_for("sqlite://", api_tokens=[], dev_mode=True)
-    with run_app(create_app(dev, storage=InMemoryStorage())) as url:
+        create_app(api_settings("sqlite://", api_tokens=[]), storage=InMemoryStorage())
+    dev = api_settings("sqlite://", api_tokens=[], dev_mode=True)
+    with run_api(create_app(dev, storage=InMemoryStorage())) as url:
         auth = {"Authorization": f"Bearer {DEV_TOKEN}"}
         assert httpx.get(f"{url}/v1/targets", headers=auth).status_code == 200
     with pytest.raises(SpecError, match="refusing to serve on"):
         serve("0.0.0.0", 8000, 0, "sqlite://", settings=dev)
     with pytest.raises(SpecError, match="no API token configured"):
-        serve("127.0.0.1", 8000, 0, "sqlite://", settings=settings_for("sqlite://", api_tokens=[]))
+        serve("127.0.0.1", 8000, 0, "sqlite://", settings=api_settings("sqlite://", api_tokens=[]))
 
 
 def test_importing_the_api_does_not_import_torch():

@@ -6,10 +6,12 @@ import pytest
 
 from automl.studies import STOP_ATTR
 
+pytest_plugins = ["api_fixtures"]
 
-def test_submit_returns_201_and_the_study_resource(submit, client, unique):
-    name = unique("sub")
-    response = submit(name=name)
+
+def test_submit_returns_201_and_the_study_resource(submit_spec, api_client, unique_name):
+    name = unique_name("sub")
+    response = submit_spec(name=name)
     assert response.status_code == 201
     assert response.headers["location"] == f"/v1/studies/{name}"
     body = response.json()
@@ -18,65 +20,67 @@ def test_submit_returns_201_and_the_study_resource(submit, client, unique):
     assert body["spec"]["search_space"] == "digits-mlp"
     assert body["counts"]["COMPLETE"] == 0
     assert body["waiting_reason"] == "waiting for a free worker with target 'cpu'"
-    assert client.get(f"/v1/studies/{name}").json() == body
+    assert api_client.get(f"/v1/studies/{name}").json() == body
 
 
-def test_idempotency_key_returns_the_same_study(submit, unique):
-    key = unique("key")
-    first = submit(headers={"Idempotency-Key": key})
-    again = submit(headers={"Idempotency-Key": key})
+def test_idempotency_key_returns_the_same_study(submit_spec, unique_name):
+    key = unique_name("key")
+    first = submit_spec(headers={"Idempotency-Key": key})
+    again = submit_spec(headers={"Idempotency-Key": key})
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["name"] == first.json()["name"]
-    changed = submit(headers={"Idempotency-Key": key}, seed=7)
+    changed = submit_spec(headers={"Idempotency-Key": key}, seed=7)
     assert changed.status_code == 409
     assert changed.json()["code"] == "conflict"
 
 
-def test_without_a_key_each_submission_is_a_new_study_and_names_conflict(submit, unique):
-    first, second = submit(), submit()
+def test_without_a_key_each_submission_is_a_new_study_and_names_conflict(submit_spec, unique_name):
+    first, second = submit_spec(), submit_spec()
     assert first.status_code == second.status_code == 201
     assert first.json()["name"] != second.json()["name"]
-    name = unique("taken")
-    assert submit(name=name).status_code == 201
-    conflict = submit(name=name)
+    name = unique_name("taken")
+    assert submit_spec(name=name).status_code == 201
+    conflict = submit_spec(name=name)
     assert conflict.status_code == 409
     assert name in conflict.json()["message"]
 
 
-def test_list_is_paginated(submit, client):
+def test_list_is_paginated(submit_spec, api_client):
     for _ in range(3):
-        submit()
-    total = client.get("/v1/studies", params={"limit": 1}).json()["total"]
+        submit_spec()
+    total = api_client.get("/v1/studies", params={"limit": 1}).json()["total"]
     assert total >= 3
-    pages = [client.get("/v1/studies", params={"offset": i, "limit": 2}).json() for i in (0, 2)]
+    pages = [api_client.get("/v1/studies", params={"offset": i, "limit": 2}).json() for i in (0, 2)]
     assert [len(p["items"]) for p in pages] == [2, min(2, total - 2)]
     names = [s["name"] for p in pages for s in p["items"]]
     assert len(set(names)) == len(names)
     assert pages[0]["offset"] == 0 and pages[0]["limit"] == 2
 
 
-def test_absent_target_stays_queued_and_says_why(submit):
-    body = submit(target="a100").json()
+def test_absent_target_stays_queued_and_says_why(submit_spec):
+    body = submit_spec(target="a100").json()
     assert body["state"] == "queued"
     assert "'a100' is not present on this machine" in body["waiting_reason"]
     assert "automl worker --target a100" in body["waiting_reason"]
 
 
-def test_stop_marks_the_study_stopped(submit, client, served):
-    name = submit().json()["name"]
-    response = client.post(f"/v1/studies/{name}/stop")
+def test_stop_marks_the_study_stopped(submit_spec, api_client, api_server):
+    name = submit_spec().json()["name"]
+    response = api_client.post(f"/v1/studies/{name}/stop")
     assert response.status_code == 202
     assert response.json()["state"] == "stopped"
-    storage = served.storage
+    storage = api_server.storage
     assert storage.get_study_user_attrs(storage.get_study_id_from_name(name))[STOP_ATTR] is True
 
 
-def test_pareto_lists_the_feasible_non_dominated_trials(submit, client, served, make_trial):
-    name = submit(n_trials=10).json()["name"]
-    study = optuna.load_study(study_name=name, storage=served.storage)
+def test_pareto_lists_the_feasible_non_dominated_trials(
+    submit_spec, api_client, api_server, synthetic_trial
+):
+    name = submit_spec(n_trials=10).json()["name"]
+    study = optuna.load_study(study_name=name, storage=api_server.storage)
     rows = [(0.90, 1.0), (0.95, 2.0), (0.93, 2.5), (0.99, 2.4), (0.999, 9.0)]
-    study.add_trials([make_trial(i, acc, lat) for i, (acc, lat) in enumerate(rows)])
-    front = client.get(f"/v1/studies/{name}/pareto").json()
+    study.add_trials([synthetic_trial(i, acc, lat) for i, (acc, lat) in enumerate(rows)])
+    front = api_client.get(f"/v1/studies/{name}/pareto").json()
     assert front["objectives"] == [
         {"metric": "accuracy", "direction": "maximize"},
         {"metric": "latency_per_sample_ms", "direction": "minimize"},
@@ -103,8 +107,8 @@ def test_pareto_lists_the_feasible_non_dominated_trials(submit, client, served, 
         ({"colour": "red"}, "colour"),
     ],
 )
-def test_bad_specs_get_422_naming_the_field(submit, spec, field):
-    response = submit(**spec)
+def test_bad_specs_get_422_naming_the_field(submit_spec, spec, field):
+    response = submit_spec(**spec)
     assert response.status_code == 422
     body = response.json()
     assert body["code"] in ("invalid_request", "invalid_spec")
@@ -112,19 +116,22 @@ def test_bad_specs_get_422_naming_the_field(submit, spec, field):
     assert field.split(".")[0] in body["message"] or body["code"] == "invalid_spec"
 
 
-def test_npz_under_the_data_root_is_accepted(submit, served):
-    data_root = served.settings.data_root
+def test_npz_under_the_data_root_is_accepted(submit_spec, api_server):
+    data_root = api_server.settings.data_root
     np.savez(data_root / "mine.npz", x_train=np.zeros((4, 2)), y_train=np.zeros(4))
-    response = submit(dataset="mine.npz")
+    response = submit_spec(dataset="mine.npz")
     assert response.status_code == 201, response.text
     assert response.json()["spec"]["dataset"] == str(data_root / "mine.npz")
 
 
-def test_404_names_what_is_missing(client):
-    response = client.get("/v1/studies/no-such-study")
+def test_404_names_what_is_missing(api_client):
+    response = api_client.get("/v1/studies/no-such-study")
     assert response.status_code == 404
     assert response.json() == {
         "code": "study_not_found",
         "message": "no study named 'no-such-study'; `automl study list` shows the existing ones",
     }
-    assert client.get("/v1/nothing").json()["code"] == "not_found"
+    assert api_client.get("/v1/nothing").json() == {
+        "code": "not_found",
+        "message": "not found: GET /v1/nothing",
+    }

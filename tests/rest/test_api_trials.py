@@ -3,13 +3,15 @@ from __future__ import annotations
 import optuna
 import pytest
 
+pytest_plugins = ["api_fixtures"]
+
 
 @pytest.fixture
-def study_with_trials(submit, served, make_trial):
+def study_with_trials(submit_spec, api_server, synthetic_trial):
     """A study with 7 COMPLETE synthetic trials and 1 FAIL trial with its reason."""
-    name = submit(n_trials=20).json()["name"]
-    study = optuna.load_study(study_name=name, storage=served.storage)
-    study.add_trials([make_trial(i, 0.9 + i / 100, 1.0 + i / 10) for i in range(7)])
+    name = submit_spec(n_trials=20).json()["name"]
+    study = optuna.load_study(study_name=name, storage=api_server.storage)
+    study.add_trials([synthetic_trial(i, 0.9 + i / 100, 1.0 + i / 10) for i in range(7)])
     study.add_trial(
         optuna.trial.create_trial(
             state=optuna.trial.TrialState.FAIL, user_attrs={"fail_reason": "TrialFailed: boom"}
@@ -18,26 +20,26 @@ def study_with_trials(submit, served, make_trial):
     return name
 
 
-def test_trials_are_paginated_in_number_order(client, study_with_trials):
+def test_trials_are_paginated_in_number_order(api_client, study_with_trials):
     url = f"/v1/studies/{study_with_trials}/trials"
-    pages = [client.get(url, params={"offset": o, "limit": 3}).json() for o in (0, 3, 6, 9)]
+    pages = [api_client.get(url, params={"offset": o, "limit": 3}).json() for o in (0, 3, 6, 9)]
     assert [p["total"] for p in pages] == [8] * 4
     assert [[t["number"] for t in p["items"]] for p in pages] == [[0, 1, 2], [3, 4, 5], [6, 7], []]
 
 
-def test_trials_filter_by_state(client, study_with_trials):
+def test_trials_filter_by_state(api_client, study_with_trials):
     url = f"/v1/studies/{study_with_trials}/trials"
-    failed = client.get(url, params={"state": "FAIL"}).json()
+    failed = api_client.get(url, params={"state": "FAIL"}).json()
     assert failed["total"] == 1
     assert failed["items"][0]["fail_reason"] == "TrialFailed: boom"
-    assert client.get(url, params={"state": "COMPLETE"}).json()["total"] == 7
-    bad = client.get(url, params={"state": "done"})
+    assert api_client.get(url, params={"state": "COMPLETE"}).json()["total"] == 7
+    bad = api_client.get(url, params={"state": "done"})
     assert bad.status_code == 422
     assert bad.json()["errors"][0]["field"] == "state"
 
 
-def test_trial_detail_has_metrics_timings_and_constraints(client, study_with_trials):
-    trial = client.get(f"/v1/studies/{study_with_trials}/trials/2").json()
+def test_trial_detail_has_metrics_timings_and_constraints(api_client, study_with_trials):
+    trial = api_client.get(f"/v1/studies/{study_with_trials}/trials/2").json()
     assert trial["values"] == {"accuracy": 0.92, "latency_per_sample_ms": 1.2}
     assert trial["metrics"]["latency_p99_ms"] == 2.4
     assert trial["timings"] == {"train": 1.0, "export": 0.1}
@@ -56,13 +58,13 @@ def test_trial_detail_has_metrics_timings_and_constraints(client, study_with_tri
         ("/trials?limit=501", 422, "invalid_request"),
     ],
 )
-def test_errors_name_what_is_wrong(client, study_with_trials, path, status, code):
-    response = client.get(f"/v1/studies/{study_with_trials}{path}")
+def test_errors_name_what_is_wrong(api_client, study_with_trials, path, status, code):
+    response = api_client.get(f"/v1/studies/{study_with_trials}{path}")
     assert response.status_code == status
     assert response.json()["code"] == code
     assert response.json()["message"]
 
 
-def test_unknown_study_trials_404(client):
-    response = client.get("/v1/studies/nope/trials")
+def test_unknown_study_trials_404(api_client):
+    response = api_client.get("/v1/studies/nope/trials")
     assert (response.status_code, response.json()["code"]) == (404, "study_not_found")

@@ -12,31 +12,33 @@ from automl.storage import open_artifact_store, open_storage
 from automl.studies import create_study, request_stop
 from automl.worker import GracefulStop
 
+pytest_plugins = ["api_fixtures"]
+
 
 @pytest.fixture
-def storage(settings_for, tmp_path):
+def storage(api_settings, tmp_path):
     url = f"sqlite:///{tmp_path / 'queue.db'}"
-    return cached(open_storage(url, settings_for(url)))
+    return cached(open_storage(url, api_settings(url)))
 
 
 def _create(storage, name: str, **spec: object) -> optuna.Study:
     return create_study(parse_spec({"name": name, "search_space": "digits-mlp", **spec}), storage)
 
 
-def test_runnable_studies_are_queued_here_with_a_free_slot(storage, make_trial):
+def test_runnable_studies_are_queued_here_with_a_free_slot(storage, synthetic_trial):
     _create(storage, "queued", n_trials=2)
     _create(storage, "elsewhere", target="a100", n_trials=2)
     _create(storage, "stopped", n_trials=2)
     request_stop("stopped", storage)
-    _create(storage, "done", n_trials=1).add_trial(make_trial(0, 0.9, 1.0))
+    _create(storage, "done", n_trials=1).add_trial(synthetic_trial(0, 0.9, 1.0))
     busy = _create(storage, "busy", n_trials=1)
     busy.enqueue_trial({})
     busy.ask()  # one RUNNING trial fills the only slot
     assert runnable_studies(storage) == ["queued"]
 
 
-def test_work_returns_when_stopped(storage, settings_for, tmp_path):
-    settings = settings_for(f"sqlite:///{tmp_path / 'queue.db'}")
+def test_work_returns_when_stopped(storage, api_settings, tmp_path):
+    settings = api_settings(f"sqlite:///{tmp_path / 'queue.db'}")
     stop = GracefulStop()
     thread = threading.Thread(
         target=work,

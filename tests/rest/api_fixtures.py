@@ -14,6 +14,7 @@ import httpx
 import optuna
 import pytest
 import uvicorn
+from conftest import pg_schema
 from pydantic import SecretStr
 
 from api import create_app
@@ -26,42 +27,11 @@ if TYPE_CHECKING:
 
     from fastapi import FastAPI
 
-TOKEN = "test-token-0123456789"
-PG_DSN = "host=127.0.0.1 port=5432 dbname=test"
-PG_USERS = ("postgres", "root")
-
-
-def _pg_user() -> str | None:
-    psycopg = pytest.importorskip("psycopg")
-    for user in PG_USERS:
-        try:
-            with psycopg.connect(f"{PG_DSN} user={user}", connect_timeout=3):
-                return user
-        except psycopg.OperationalError:
-            continue
-    return None
-
-
-@contextlib.contextmanager
-def pg_schema() -> Iterator[str]:
-    """A fresh PostgreSQL schema on 127.0.0.1:5432/test, dropped afterwards; yields its URL."""
-    import psycopg
-
-    user = _pg_user()
-    if user is None:
-        pytest.skip("PostgreSQL on 127.0.0.1:5432 (database test) is not reachable")
-    schema = f"api_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(f"{PG_DSN} user={user}", autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        yield f"postgresql+psycopg://{user}@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(f"{PG_DSN} user={user}", autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+TOKEN = "test-api_token-0123456789"
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def storage_url(request, tmp_path_factory) -> Iterator[str]:
+def api_storage_url(request, tmp_path_factory) -> Iterator[str]:
     """A storage URL per backend, isolated per test module."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'studies.db'}"
@@ -70,11 +40,11 @@ def storage_url(request, tmp_path_factory) -> Iterator[str]:
         yield url
 
 
-def make_settings(root: Path, storage_url: str, **overrides: object) -> Settings:
+def make_settings(root: Path, api_storage_url: str, **overrides: object) -> Settings:
     """Settings for tests: one token, data and artifacts under ``root``, small caps."""
     (root / "data").mkdir(parents=True, exist_ok=True)
     values: dict = {
-        "storage": storage_url,
+        "storage": api_storage_url,
         "artifacts_dir": root / "artifacts",
         "data_root": root / "data",
         "api_tokens": [SecretStr(TOKEN)],
@@ -87,7 +57,7 @@ def make_settings(root: Path, storage_url: str, **overrides: object) -> Settings
 
 
 @pytest.fixture
-def free_port() -> int:
+def api_port() -> int:
     """A TCP port that was free a moment ago."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -95,7 +65,7 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def token() -> str:
+def api_token() -> str:
     """The bearer token the test settings accept."""
     return TOKEN
 
@@ -130,19 +100,19 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(storage_url, tmp_path_factory) -> Iterator[Served]:
-    """A live API over ``storage_url``, shared by the tests of a module."""
-    settings = make_settings(tmp_path_factory.mktemp("api"), storage_url)
-    storage = open_storage(storage_url, settings)
+def api_server(api_storage_url, tmp_path_factory) -> Iterator[Served]:
+    """A live API over ``api_storage_url``, shared by the tests of a module."""
+    settings = make_settings(tmp_path_factory.mktemp("api"), api_storage_url)
+    storage = open_storage(api_storage_url, settings)
     with live_server(create_app(settings, storage=storage)) as url:
         yield Served(url, storage, settings)
     storage.engine.dispose()
 
 
 @pytest.fixture
-def client(served) -> Iterator[httpx.Client]:
+def api_client(api_server) -> Iterator[httpx.Client]:
     """An authenticated client of the live API."""
-    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+    with httpx.Client(base_url=api_server.url, headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         yield c
 
 
@@ -165,35 +135,37 @@ def _synthetic_trial(number: int, accuracy: float, latency_ms: float) -> optuna.
 
 
 @pytest.fixture
-def submit(client):
+def submit_spec(api_client):
     """POST a spec (digits-mlp on cpu unless given) and return the response."""
 
     def _submit(headers: dict | None = None, **spec: object) -> httpx.Response:
         body = {"search_space": "digits-mlp", "n_trials": 2, **spec}
-        return client.post("/v1/studies", json=body, headers=headers or {})
+        return api_client.post("/v1/studies", json=body, headers=headers or {})
 
     return _submit
 
 
 @pytest.fixture
-def make_trial():
-    """Build a synthetic COMPLETE trial: ``make_trial(number, accuracy, latency_ms)``."""
+def synthetic_trial():
+    """Build a synthetic COMPLETE trial: ``synthetic_trial(number, accuracy, latency_ms)``."""
     return _synthetic_trial
 
 
 @pytest.fixture
-def unique():
-    """``unique(prefix)``: a study name no other test uses."""
+def unique_name():
+    """``unique_name(prefix)``: a study name no other test uses."""
     return lambda prefix: f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
-def run_app():
-    """``with run_app(app) as url:`` serves any app under uvicorn on loopback."""
+def run_api():
+    """``with run_api(app) as url:`` serves any app under uvicorn on loopback."""
     return live_server
 
 
 @pytest.fixture
-def settings_for(tmp_path):
-    """``settings_for(storage_url, **overrides)``: test settings rooted in ``tmp_path``."""
-    return lambda storage_url, **overrides: make_settings(tmp_path, storage_url, **overrides)
+def api_settings(tmp_path):
+    """``api_settings(api_storage_url, **overrides)``: test settings rooted in ``tmp_path``."""
+    return lambda api_storage_url, **overrides: make_settings(
+        tmp_path, api_storage_url, **overrides
+    )

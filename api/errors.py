@@ -1,0 +1,117 @@
+"""Errors as JSON: a stable ``code``, a human ``message`` and, for 422, the bad fields."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from optuna.artifacts.exceptions import ArtifactNotFound
+from starlette.exceptions import HTTPException
+
+from automl.errors import SpecError
+from automl.studies import StudyNotFound, TrialNotFound
+from automl.submissions import StudyConflict
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+
+logger = logging.getLogger("api")
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+class ApiError(Exception):
+    """An error meant for the client: HTTP status, stable code, message and optional field."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+        self.headers = headers
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    errors: list[dict] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """The JSON body every error has."""
+    body: dict = {"code": code, "message": message}
+    if errors is not None:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+    errors = [{"field": exc.field, "message": exc.message}] if exc.field else None
+    return error_response(exc.status, exc.code, exc.message, errors, exc.headers)
+
+
+async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = []
+    for item in exc.errors():
+        where, *path = item["loc"] or ("body",)
+        field = ".".join(str(p) for p in path) or "(body)"
+        errors.append({"field": field, "in": where, "message": item["msg"]})
+    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    return error_response(422, "invalid_request", f"invalid request: {summary}", errors)
+
+
+async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = str(exc.detail)
+    if exc.status_code in (404, 405) and message in ("Not Found", "Method Not Allowed"):
+        message = f"{message.lower()}: {request.method} {request.url.path}"
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
+    code = "study_not_found" if isinstance(exc, StudyNotFound) else "trial_not_found"
+    return error_response(404, code, str(exc))
+
+
+async def _artifact_missing(_request: Request, _exc: ArtifactNotFound) -> JSONResponse:
+    return error_response(404, "model_not_found", "the trial's model file is missing")
+
+
+async def _conflict(_request: Request, exc: StudyConflict) -> JSONResponse:
+    return error_response(409, "conflict", str(exc))
+
+
+async def _spec(_request: Request, exc: SpecError) -> JSONResponse:
+    return error_response(422, "invalid_spec", str(exc))
+
+
+async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "internal server error; see the server log")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the JSON error handlers on ``app``."""
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(HTTPException, _http)
+    app.add_exception_handler(StudyNotFound, _not_found)
+    app.add_exception_handler(TrialNotFound, _not_found)
+    app.add_exception_handler(ArtifactNotFound, _artifact_missing)
+    app.add_exception_handler(StudyConflict, _conflict)
+    app.add_exception_handler(SpecError, _spec)
+    app.add_exception_handler(Exception, _internal)

@@ -1,0 +1,82 @@
+"""The app factory: routers under ``/v1``, bearer auth, JSON errors and a body-size limit."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from fastapi import Depends, FastAPI
+
+from api.deps import authenticate
+from api.errors import install_error_handlers
+from api.limits import BodyLimitMiddleware
+from api.rendering import RenderedFronts
+from api.routers import health, search_spaces, studies, targets, trials
+from api.schemas import ErrorOut
+from api.security import TokenVerifier
+from automl.queries import StudySnapshots, cached
+from automl.queue import Reaper
+from automl.storage import open_artifact_store, open_storage
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna.storages import BaseStorage
+
+    from automl.settings import Settings
+
+_AUTH_ERRORS = {
+    401: {"model": ErrorOut, "description": "No bearer token."},
+    403: {"model": ErrorOut, "description": "Wrong bearer token."},
+    422: {"model": ErrorOut, "description": "Invalid input; `errors` names the fields."},
+}
+
+
+@asynccontextmanager
+async def _reaping(app: FastAPI) -> AsyncIterator[None]:
+    """Fail stale trials of dead workers even when no worker is starting new trials."""
+    interval = max(app.state.settings.grace_period_s / 2, 1.0)
+    reaper = Reaper(app.state.storage, interval).start()
+    try:
+        yield
+    finally:
+        reaper.stop()
+
+
+def create_app(
+    settings: Settings,
+    storage: BaseStorage | None = None,
+    artifact_store: FileSystemArtifactStore | None = None,
+) -> FastAPI:
+    """Build the API. It reads and writes studies; workers run them, never this process.
+
+    Args:
+        settings: Tokens, caps, data root and, unless given below, storage and artifacts.
+        storage: The study storage; defaults to ``settings.storage``.
+        artifact_store: Where trial models are; defaults to ``settings.artifacts_dir``.
+
+    Raises:
+        SpecError: No API token is configured outside dev mode.
+    """
+    app = FastAPI(
+        lifespan=_reaping,
+        title="automl",
+        version="1",
+        description="Submit hardware-aware model searches, follow them, fetch fronts and models.",
+    )
+    app.state.settings = settings
+    app.state.tokens = TokenVerifier.from_settings(settings)
+    app.state.storage = cached(storage or open_storage(settings.storage, settings))
+    app.state.artifact_store = artifact_store or open_artifact_store(settings)
+    app.state.snapshots = StudySnapshots()
+    app.state.fronts = RenderedFronts()
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.include_router(health.router)
+    for module in (studies, trials, targets, search_spaces):
+        app.include_router(
+            module.router, prefix="/v1", dependencies=[Depends(authenticate)],
+            responses=_AUTH_ERRORS,
+        )  # fmt: skip
+    return app

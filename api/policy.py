@@ -1,0 +1,64 @@
+"""What the network side may ask for: registered names only, data under the data root, caps."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+from api.errors import ApiError
+from automl.data import BUILTIN_DATASETS
+from automl.space import list_spaces
+from automl.spec import parse_spec
+from automl.targets import list_targets
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from automl.settings import Settings
+    from automl.spec import StudySpec
+
+
+def _reject(field: str, message: str) -> ApiError:
+    return ApiError(422, "invalid_spec", message, field=field)
+
+
+def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
+    """Apply the server's policy to a submitted spec.
+
+    The dataset is a built-in name or an ``.npz`` path relative to ``settings.data_root``;
+    the returned spec names it by its path under the data root, as workers resolve it.
+
+    Raises:
+        ApiError: 422 naming the field that breaks the policy.
+    """
+    if spec.target not in {t.name for t in list_targets()}:
+        raise _reject("target", f"unknown target {spec.target!r}")
+    spaces = list_spaces()
+    if spec.search_space not in spaces:
+        raise _reject("search_space", f"unknown search space {spec.search_space!r}; {spaces}")
+    if spec.n_trials is not None and spec.n_trials > settings.max_n_trials:
+        raise _reject("n_trials", f"n_trials may be at most {settings.max_n_trials}")
+    if spec.timeout_s is not None and spec.timeout_s > settings.max_timeout_s:
+        raise _reject("timeout_s", f"timeout_s may be at most {settings.max_timeout_s:g}")
+    if spec.dataset in BUILTIN_DATASETS:
+        return spec
+    dataset = str(_data_file(spec.dataset, settings))
+    return parse_spec({**spec.model_dump(mode="json"), "dataset": dataset})
+
+
+def _data_file(name: str, settings: Settings) -> Path:
+    relative = PurePosixPath(name)
+    unsafe = (
+        "\x00" in name or name.startswith("~") or relative.is_absolute() or ".." in relative.parts
+    )
+    if relative.suffix != ".npz" or unsafe:
+        raise _reject(
+            "dataset",
+            f"dataset must be one of {list(BUILTIN_DATASETS)} or a relative .npz path "
+            "under the server's data root",
+        )
+    path = settings.data_root / relative
+    root = settings.data_root.resolve()
+    if not path.resolve().is_relative_to(root) or not path.is_file():
+        raise _reject("dataset", f"no dataset file {name!r} under the data root")
+    return path

@@ -1,0 +1,80 @@
+"""``/v1/studies``: submit, list, read and stop studies, and read their Pareto fronts."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import (
+    IdempotencyKey,
+    PageDep,
+    RenderedFrontsDep,
+    SettingsDep,
+    SnapshotsDep,
+    StorageDep,
+    StudyName,
+)
+from api.policy import check_spec
+from api.rendering import JsonBytes
+from api.schemas import ErrorOut, ParetoOut, StudyOut, StudyPage
+from automl.queries import study_page
+from automl.spec import StudySpec
+from automl.studies import get_study, request_stop
+from automl.submissions import submit_study
+
+router = APIRouter(prefix="/studies", tags=["studies"])
+_NOT_FOUND = {404: {"model": ErrorOut, "description": "No such study."}}
+_SUBMIT = {
+    200: {"model": StudyOut, "description": "Replayed: this Idempotency-Key created it."},
+    400: {"model": ErrorOut, "description": "The body is not JSON."},
+    409: {"model": ErrorOut, "description": "The name is taken."},
+    413: {"model": ErrorOut, "description": "The body is too large."},
+}
+
+
+@router.post("", status_code=201, responses=_SUBMIT)
+def submit(
+    spec: StudySpec,
+    response: Response,
+    storage: StorageDep,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> StudyOut:
+    """Submit a study for the workers; a repeated ``Idempotency-Key`` returns the same one."""
+    name, created = submit_study(
+        check_spec(spec, settings), storage,
+        name_given="name" in spec.model_fields_set, idempotency_key=idempotency_key,
+    )  # fmt: skip
+    response.status_code = 201 if created else 200
+    response.headers["Location"] = f"/v1/studies/{name}"
+    return StudyOut.of(get_study(name, storage))
+
+
+@router.get("")
+def list_studies(storage: StorageDep, page: PageDep) -> StudyPage:
+    """The studies, oldest first."""
+    total, infos = study_page(storage, offset=page.offset, limit=page.limit)
+    items = [StudyOut.of(info) for info in infos]
+    return StudyPage(items=items, total=total, offset=page.offset, limit=page.limit)
+
+
+@router.get("/{name}", responses=_NOT_FOUND)
+def read_study(name: StudyName, storage: StorageDep) -> StudyOut:
+    """Spec, state, trial counts per state, ETA, failures, and why a queued study waits."""
+    return StudyOut.of(get_study(name, storage))
+
+
+@router.post("/{name}/stop", status_code=202, responses=_NOT_FOUND)
+def stop_study(name: StudyName, storage: StorageDep) -> StudyOut:
+    """Ask the workers to stop the study after their running trials."""
+    request_stop(name, storage)
+    return StudyOut.of(get_study(name, storage))
+
+
+@router.get("/{name}/pareto", response_model=ParetoOut, responses=_NOT_FOUND)
+async def pareto(
+    name: StudyName, storage: StorageDep, snapshots: SnapshotsDep, fronts: RenderedFrontsDep
+) -> JsonBytes:
+    """The non-dominated feasible trials, with objective values, params and model links."""
+    front = snapshots.fresh_front(name) or await run_in_threadpool(snapshots.front, name, storage)
+    return JsonBytes(fronts.body(name, front))

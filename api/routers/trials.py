@@ -1,0 +1,80 @@
+"""``/v1/studies/{name}/trials``: pages of trials, one trial, and its ONNX model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response, StreamingResponse
+
+from api.deps import (
+    ArtifactStoreDep,
+    PageDep,
+    SnapshotsDep,
+    StorageDep,
+    StudyName,
+    TrialNumber,
+)
+from api.schemas import ErrorOut, TrialDetail, TrialOut, TrialPage
+from automl.queries import open_model, trial_detail
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import BinaryIO
+
+router = APIRouter(prefix="/studies/{name}/trials", tags=["trials"])
+_NOT_FOUND = {404: {"model": ErrorOut, "description": "No such study or trial."}}
+_ONNX = {"schema": {"type": "string", "format": "binary"}}
+StateFilter = Annotated[
+    Literal["COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED"] | None,
+    Query(description="Only trials in this state."),
+]
+
+
+class OnnxStream(StreamingResponse):
+    """A streamed ONNX file."""
+
+    media_type = "application/octet-stream"
+
+
+@router.get("", responses=_NOT_FOUND)
+def list_trials(
+    name: StudyName,
+    storage: StorageDep,
+    snapshots: SnapshotsDep,
+    page: PageDep,
+    state: StateFilter = None,
+) -> TrialPage:
+    """The study's trials by number, optionally only those in one state (≤ 0.5 s stale)."""
+    total, records = snapshots.trial_page(
+        name, storage, state=state, offset=page.offset, limit=page.limit
+    )
+    items = [TrialOut.of(name, record) for record in records]
+    return TrialPage(items=items, total=total, offset=page.offset, limit=page.limit)
+
+
+@router.get("/{number}", responses=_NOT_FOUND)
+def read_trial(name: StudyName, number: TrialNumber, storage: StorageDep) -> TrialDetail:
+    """All metrics, stage timings, latency statistics, constraints and the failure reason."""
+    return TrialDetail.of(name, trial_detail(name, storage, number))
+
+
+@router.get(
+    "/{number}/model",
+    response_class=Response,  # no media type: only the octet-stream below is documented for 200
+    responses={200: {"content": {"application/octet-stream": _ONNX}}, **_NOT_FOUND},
+)
+def download_model(
+    name: StudyName, number: TrialNumber, storage: StorageDep, artifacts: ArtifactStoreDep
+) -> OnnxStream:
+    """The trial's ONNX model (dynamic batch axis), streamed."""
+    reader = open_model(name, storage, artifacts, number)
+    filename = f"{name}-trial-{number}.onnx"
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    return OnnxStream(_chunks(reader), headers=headers)
+
+
+def _chunks(reader: BinaryIO, size: int = 1 << 16) -> Iterator[bytes]:
+    with reader:
+        while chunk := reader.read(size):
+            yield chunk

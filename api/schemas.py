@@ -1,0 +1,183 @@
+"""Response bodies. Request bodies reuse ``automl.spec.StudySpec``, exactly as the CLI does."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from automl.queries import waiting_reason
+from automl.spec import StudySpec
+from automl.studies import StudyInfo
+
+if TYPE_CHECKING:
+    from automl.queries import Front
+    from automl.targets import Target
+
+Scalar = int | float | str | bool | None
+StudyState = Literal["queued", "running", "done", "stopped", "failed"]
+
+
+class FieldError(BaseModel):
+    """One bad input."""
+
+    field: str
+    message: str
+    in_: str | None = Field(default=None, alias="in")
+
+
+class ErrorOut(BaseModel):
+    """Every error response."""
+
+    code: str = Field(examples=["study_not_found"])
+    message: str
+    errors: list[FieldError] | None = None
+
+
+class FailureOut(BaseModel):
+    """A failed trial and why."""
+
+    number: int
+    reason: str
+    params: dict[str, Scalar]
+
+
+class StudyOut(BaseModel):
+    """A study: spec, state, progress, and why it waits when queued."""
+
+    name: str
+    spec: StudySpec
+    state: StudyState
+    counts: dict[str, int]
+    n_trials: int | None
+    created_at: str | None
+    eta_s: float | None
+    waiting_reason: str | None
+    failures: list[FailureOut]
+    links: dict[str, str]
+
+    @classmethod
+    def of(cls, info: StudyInfo) -> StudyOut:
+        """From the study service's record."""
+        base = f"/v1/studies/{info.name}"
+        links = {"self": base, "trials": f"{base}/trials", "pareto": f"{base}/pareto"}
+        return cls.model_validate(
+            {**info.as_dict(), "waiting_reason": waiting_reason(info), "links": links}
+        )
+
+
+class StudyPage(BaseModel):
+    """A page of studies."""
+
+    items: list[StudyOut]
+    total: int
+    offset: int
+    limit: int
+
+
+class TrialOut(BaseModel):
+    """A trial: objective values by metric name, params, metrics and a link to its model."""
+
+    number: int
+    state: Literal["COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED"]
+    values: dict[str, float]
+    params: dict[str, Scalar]
+    metrics: dict[str, float]
+    feasible: bool | None
+    fail_reason: str | None
+    model_url: str | None
+
+    @classmethod
+    def of(cls, study: str, record: dict) -> TrialOut:
+        """From ``automl.studies.trial_record``."""
+        url = f"/v1/studies/{study}/trials/{record['number']}/model"
+        return cls.model_validate({**record, "model_url": url if record["artifact_id"] else None})
+
+
+class TrialDetail(TrialOut):
+    """A trial with everything recorded: stage timings, latency statistics, environment."""
+
+    timings: dict[str, float] | None
+    latency: dict[str, Any] | None
+    latency_source: str | None
+    candidate: dict[str, Any] | None
+    env: dict[str, Any] | None
+    preprocessing: dict[str, Any] | None
+    constraints: dict[str, float]
+    datetime_start: datetime | None
+    datetime_complete: datetime | None
+    duration_s: float | None
+
+
+class TrialPage(BaseModel):
+    """A page of trials."""
+
+    items: list[TrialOut]
+    total: int
+    offset: int
+    limit: int
+
+
+class ObjectiveOut(BaseModel):
+    """One objective of the front."""
+
+    metric: str
+    direction: Literal["maximize", "minimize"]
+
+
+class ParetoOut(BaseModel):
+    """The non-dominated feasible trials of a study."""
+
+    study: str
+    objectives: list[ObjectiveOut]
+    trials: list[TrialOut]
+
+    @classmethod
+    def of(cls, study: str, front: Front) -> ParetoOut:
+        """From the study snapshots' front."""
+        return cls(
+            study=study,
+            objectives=[
+                ObjectiveOut(metric=o.metric, direction=o.direction) for o in front.spec.objectives
+            ],
+            trials=[TrialOut.of(study, record) for record in front.trials],
+        )
+
+
+class TargetOut(BaseModel):
+    """A hardware target and whether this server's machine has it."""
+
+    name: str
+    kind: Literal["cpu", "cuda"]
+    description: str
+    execution_providers: list[str]
+    precisions: list[int]
+    present: bool
+
+    @classmethod
+    def of(cls, target: Target, *, present: bool) -> TargetOut:
+        """From the target registry's record."""
+        return cls(
+            name=target.name,
+            kind=target.kind,
+            description=target.description,
+            execution_providers=list(target.execution_providers),
+            precisions=list(target.precisions),
+            present=present,
+        )
+
+
+class SearchSpaceOut(BaseModel):
+    """A registered search space and its parameters."""
+
+    name: str
+    description: str
+    params: dict[str, dict[str, Any]]
+
+
+class HealthOut(BaseModel):
+    """Liveness and storage reachability."""
+
+    status: Literal["ok"]
+    storage: Literal["ok"]

@@ -1,0 +1,152 @@
+"""`automl worker` processes sharing a study in PostgreSQL: exact counts, crashes, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from conftest import pg_schema
+
+from automl.settings import Settings
+from automl.spec import parse_spec
+from automl.storage import open_storage
+from automl.studies import create_study
+
+AUTOML = [sys.executable, "-m", "automl"]
+SPACE = """name: quick
+params:
+  arch.family: {type: fixed, value: mlp}
+  arch.width: {type: int, low: 16, high: 64, step: 16}
+  arch.depth: {type: int, low: 1, high: 2}
+  pruning_ratio: {type: float, low: 0.0, high: 0.5, step: 0.1}
+  bits: {type: categorical, choices: [32, 8]}
+  batch_size: {type: categorical, choices: [1, 32]}
+  train.epochs: {type: fixed, value: %d}
+"""
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    with pg_schema() as url:
+        env = {
+            **os.environ,
+            "AUTOML_STORAGE": url,
+            "AUTOML_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
+            "AUTOML_HEARTBEAT_INTERVAL_S": "1",
+            "AUTOML_GRACE_PERIOD_S": "3",
+            "AUTOML_CACHE_ENABLED": "false",
+        }
+        settings = Settings(storage=url, heartbeat_interval_s=1, grace_period_s=3)
+        storage = open_storage(url, settings)
+
+        def study(name: str, n_trials: int, epochs: int = 2, target: str = "cpu") -> optuna.Study:
+            space = tmp_path / f"{name}.yaml"
+            space.write_text(SPACE % epochs)
+            spec = {
+                "name": name,
+                "search_space": str(space),
+                "n_trials": n_trials,
+                "target": target,
+            }
+            create_study(parse_spec(spec), storage)
+            return optuna.load_study(study_name=name, storage=storage)
+
+        def worker(*args: str) -> subprocess.Popen:
+            return subprocess.Popen(
+                [*AUTOML, "worker", *args], cwd=tmp_path, env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+
+        yield study, worker
+
+
+def _states(study: optuna.Study) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for trial in study.get_trials(deepcopy=False):
+        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
+    return counts
+
+
+def _running_on(study: optuna.Study, pid: int, timeout: float = 120) -> optuna.trial.FrozenTrial:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for trial in study.get_trials(deepcopy=False):
+            mine = trial.user_attrs.get("worker", "").endswith(f":{pid}")
+            if trial.state.name == "RUNNING" and mine and "candidate" in trial.user_attrs:
+                return trial
+        time.sleep(0.05)
+    raise AssertionError(f"worker {pid} never ran a trial")
+
+
+def test_three_workers_reach_exactly_n_complete(fleet):
+    make_study, worker = fleet
+    study = make_study("shared", n_trials=6)
+    workers = [worker("--target", "cpu", "--studies", "shared") for _ in range(3)]
+    outputs = [w.communicate(timeout=600)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0, 0], outputs
+    assert _states(study) == {"COMPLETE": 6}
+    numbers = [t.number for t in study.get_trials()]
+    assert len(set(numbers)) == len(numbers) == 6
+    assert sum("trial" in out and "shared" in out for out in outputs) >= 2
+    assert len({t.user_attrs["worker"] for t in study.get_trials()}) >= 2
+
+
+def test_sigkilled_worker_trial_is_failed_and_retried(fleet):
+    make_study, worker = fleet
+    study = make_study("crash", n_trials=3, epochs=15)
+    victim = worker("--target", "cpu", "--studies", "crash")
+    killed = _running_on(study, victim.pid)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    survivor = worker("--target", "cpu", "--studies", "crash")
+    output = survivor.communicate(timeout=600)[0]
+    assert survivor.returncode == 0, output
+    trials = study.get_trials()
+    assert _states(study) == {"COMPLETE": 3, "FAIL": 1}
+    assert next(t for t in trials if t.number == killed.number).state.name == "FAIL"
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
+    assert len(retries) == 1 and retries[0].params == killed.params
+    assert retries[0].state.name == "COMPLETE"
+
+
+def test_sigterm_finishes_the_running_trial_and_exits_zero(fleet):
+    make_study, worker = fleet
+    study = make_study("term", n_trials=5, epochs=10)
+    process = worker("--target", "cpu", "--studies", "term")
+    running = _running_on(study, process.pid)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 0, output
+    assert study._storage.get_trial(running._trial_id).state.name == "COMPLETE"
+    assert "RUNNING" not in _states(study)
+    assert _states(study)["COMPLETE"] < 5
+
+
+def test_worker_refuses_a_target_it_does_not_have(fleet):
+    make_study, worker = fleet
+    study = make_study("gpu", n_trials=2, target="a100")
+    refused = worker("--target", "a100", "--studies", "gpu")
+    output = refused.communicate(timeout=120)[0]
+    assert refused.returncode != 0 and "automl worker --target a100" in output
+    idle = worker("--auto", "--studies", "gpu")
+    output = idle.communicate(timeout=120)[0]
+    assert idle.returncode == 0, output
+    assert study.get_trials() == []
+
+
+def test_reaper_fails_stale_trials_without_live_workers(fleet):
+    from automl.queue import reap_all
+
+    make_study, _ = fleet
+    study = make_study("stale", n_trials=2)
+    trial = study.ask()  # RUNNING, as if its worker died before its first heartbeat
+    study._storage.record_heartbeat(trial._trial_id)
+    time.sleep(3.5)
+    assert reap_all(study._storage) == 1
+    states = _states(study)
+    assert states == {"FAIL": 1, "WAITING": 1}
