@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from fastapi.responses import Response
 
@@ -10,6 +13,28 @@ from api.schemas import ParetoOut
 
 if TYPE_CHECKING:
     from automl.queries import Front
+
+
+API_MODEL_HREF = "/v1/studies/{name}/trials/{number}/model"
+
+
+def front_csv(study: str, front: Front) -> str:
+    """The front as CSV: trial number, every param and metric, and the model's URL."""
+    params = sorted({key for record in front.trials for key in record["params"]})
+    metrics = sorted({key for record in front.trials for key in record["metrics"]})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["number", *params, *metrics, "model"])
+    for record in front.trials:
+        writer.writerow([
+            record["number"],
+            *(record["params"].get(key, "") for key in params),
+            *(record["metrics"].get(key, "") for key in metrics),
+            API_MODEL_HREF.format(name=quote(study, safe=""), number=record["number"])
+            if record.get("artifact_id")
+            else "",
+        ])  # fmt: skip
+    return out.getvalue()
 
 
 class JsonBytes(Response):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response
+from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import (
@@ -15,9 +18,10 @@ from api.deps import (
     StudyName,
 )
 from api.policy import check_spec
-from api.rendering import JsonBytes
+from api.rendering import API_MODEL_HREF, JsonBytes, front_csv
 from api.schemas import ErrorOut, ParetoOut, StudyOut, StudyPage
 from automl.queries import study_page
+from automl.report import render_report_html
 from automl.spec import StudySpec
 from automl.studies import get_study, request_stop
 from automl.submissions import submit_study
@@ -71,10 +75,34 @@ def stop_study(name: StudyName, storage: StorageDep) -> StudyOut:
     return StudyOut.of(get_study(name, storage))
 
 
-@router.get("/{name}/pareto", response_model=ParetoOut, responses=_NOT_FOUND)
+@router.get(
+    "/{name}/pareto",
+    response_model=ParetoOut,
+    responses={**_NOT_FOUND, 200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+)
 async def pareto(
-    name: StudyName, storage: StorageDep, snapshots: SnapshotsDep, fronts: RenderedFrontsDep
-) -> JsonBytes:
-    """The non-dominated feasible trials, with objective values, params and model links."""
+    name: StudyName,
+    storage: StorageDep,
+    snapshots: SnapshotsDep,
+    fronts: RenderedFrontsDep,
+    accept: Annotated[str | None, Header()] = None,
+) -> Response:
+    """The non-dominated feasible trials, with objective values, params and model links.
+
+    JSON by default; ``Accept: text/csv`` gives one CSV row per trial.
+    """
     front = snapshots.fresh_front(name) or await run_in_threadpool(snapshots.front, name, storage)
+    if accept and "text/csv" in accept:
+        return Response(front_csv(name, front), media_type="text/csv")
     return JsonBytes(fronts.body(name, front))
+
+
+@router.get(
+    "/{name}/report",
+    response_class=HTMLResponse,
+    responses={**_NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
+)
+async def report(name: StudyName, storage: StorageDep) -> HTMLResponse:
+    """The study's self-contained HTML report; its model links point at this API."""
+    html = await run_in_threadpool(render_report_html, name, storage, API_MODEL_HREF)
+    return HTMLResponse(html)

@@ -78,6 +78,10 @@ def test_submitted_study_runs_on_a_local_worker_and_its_model_runs_in_ort(
             assert set(detail["timings"]) >= {"train", "export", "quantize", "latency"}
             assert detail["latency_source"] == "measured"
 
+            csv_front = api_client.get("/v1/studies/e2e/pareto", headers={"Accept": "text/csv"})
+            assert best["model_url"] in csv_front.text
+            assert f'href="{best["model_url"]}"' in api_client.get("/v1/studies/e2e/report").text
+
             response = api_client.get(best["model_url"])
             assert response.status_code == 200
             assert response.headers["content-type"] == "application/octet-stream"

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import csv
+import io
+
 import optuna
 import pytest
 
@@ -68,3 +71,21 @@ def test_errors_name_what_is_wrong(api_client, study_with_trials, path, status, 
 def test_unknown_study_trials_404(api_client):
     response = api_client.get("/v1/studies/nope/trials")
     assert (response.status_code, response.json()["code"]) == (404, "study_not_found")
+
+
+def test_front_as_csv_and_the_report_as_html(api_client, study_with_trials):
+    base = f"/v1/studies/{study_with_trials}"
+    front = api_client.get(f"{base}/pareto").json()
+    numbers = sorted(t["number"] for t in front["trials"])
+    response = api_client.get(f"{base}/pareto", headers={"Accept": "text/csv"})
+    assert response.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert sorted(int(r["number"]) for r in rows) == numbers
+    accuracy = {t["number"]: t["metrics"]["accuracy"] for t in front["trials"]}
+    for row in rows:
+        assert row["model"] == ""  # synthetic trials have no model
+        assert float(row["accuracy"]) == accuracy[int(row["number"])]
+    report = api_client.get(f"{base}/report")
+    assert report.status_code == 200 and report.headers["content-type"].startswith("text/html")
+    assert f"automl report: {study_with_trials}" in report.text
+    assert api_client.get("/v1/studies/nope/report").status_code == 404
