@@ -160,6 +160,9 @@ def start(
     storage: StorageOpt = None,
     jobs: Annotated[int, typer.Option(help="Local worker processes.", min=1)] = 1,
     detach: Annotated[bool, typer.Option(help="Only create the study, for workers.")] = False,
+    remeasure_front: Annotated[
+        bool, typer.Option(help="At the end, measure the front's latency again.")
+    ] = False,
 ) -> None:
     """Create (or resume) a study and run it here, ending with the Pareto front."""
     from automl.runner import run_local
@@ -193,6 +196,21 @@ def start(
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
     for spec in runnable:
         run_local(spec.name, store, storage_url=storage, jobs=jobs, console=console)
+        if remeasure_front:
+            _print_remeasured(spec.name, store)
+
+
+def _print_remeasured(name: str, store: BaseStorage) -> None:
+    from automl.remeasure import remeasure_front
+    from automl.settings import get_settings
+    from automl.storage import open_artifact_store
+
+    results = remeasure_front(name, store, open_artifact_store(get_settings()))
+    for number, latency in sorted(results.items()):
+        console.print(
+            f"trial {number}: p50 {latency['first_p50_ms']:.4f} ms in the study, "
+            f"{latency['p50_ms']:.4f} ms re-measured (cv {latency['cv']:.3f})"
+        )
 
 
 def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: dict) -> list:

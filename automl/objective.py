@@ -87,6 +87,8 @@ class StudyObjective:
         trial.set_user_attr("reused", outcome.reused)
         trial.set_user_attr("latency", outcome.latency)
         trial.set_user_attr("latency_source", "measured")
+        # A measurement that hit its cap before its CI was tight ran on a noisy machine.
+        trial.set_user_attr("latency_noisy", not outcome.latency["converged"])
         trial.set_user_attr("env", outcome.env)
         trial.set_user_attr("history", outcome.history)
         trial.set_user_attr("preprocessing", data.preprocessing)

@@ -52,8 +52,12 @@ def test_help_does_not_import_torch():
 
 
 def test_study_end_to_end_through_the_cli(cli, tmp_path):
-    out = cli("study", "start", "--space", "digits-mlp", "--n-trials", "3", "--name", "e2e")
+    out = cli(
+        "study", "start", "--space", "digits-mlp", "--n-trials", "3", "--name", "e2e",
+        "--remeasure-front",
+    )  # fmt: skip
     assert "Pareto front of e2e" in out.stdout
+    assert "re-measured" in out.stdout
 
     front = json.loads(cli("study", "pareto", "e2e", "--json").stdout)
     assert front

@@ -132,3 +132,23 @@ def test_bits_the_target_cannot_run_are_refused_before_running(env, tmp_path):
     )
     with pytest.raises(SpecError, match="cannot run"):
         create_study(_spec(search_space=str(space)), env[1])
+
+
+def test_remeasure_front_records_new_latencies(env):
+    from automl.remeasure import REMEASURED_ATTR, remeasure_front
+
+    settings, storage, store = env
+    create_study(_spec(n_trials=2), storage)
+    run_study_loop("t", storage, artifact_store=store, settings=settings)
+    front = pareto_front("t", storage)
+    results = remeasure_front("t", storage, store)
+    assert sorted(results) == sorted(t["number"] for t in front)
+    for trial in front:
+        again = results[trial["number"]]
+        assert again["first_p50_ms"] == trial["metrics"]["latency_p50_ms"]
+        assert again["p50_ms"] > 0 and again["runs"] >= 100
+        assert trial["user_attrs"]["latency_noisy"] is (
+            not trial["user_attrs"]["latency"]["converged"]
+        )
+    stored = optuna.load_study(study_name="t", storage=settings.storage).user_attrs[REMEASURED_ATTR]
+    assert set(stored) == {str(n) for n in results}
