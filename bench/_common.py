@@ -1,10 +1,17 @@
-"""Helpers shared by the benchmarks: throwaway storages and a quiet study run."""
+"""Helpers shared by the benchmarks: a quiet study run, and the API server in a process."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx
 import optuna
 
 from automl.settings import Settings
@@ -32,3 +39,29 @@ def run_study(workdir: Path, *, enqueue: list[dict] | None = None, cache: bool =
         study.study_name, storage, artifact_store=open_artifact_store(settings), settings=settings
     )
     return optuna.load_study(study_name=study.study_name, storage=storage), settings
+
+
+def start_server(url: str, workdir: Path, token: str) -> tuple[subprocess.Popen, str]:
+    """``automl.serve.serve`` without workers on a free loopback port, in its own process.
+
+    Returns:
+        The process (its log is ``workdir/server.log``) and the base URL, once ``/healthz`` is up.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "AUTOML_API_TOKENS": json.dumps([token])}
+    env["AUTOML_ARTIFACTS_DIR"] = str(workdir / "artifacts")
+    env["AUTOML_DATA_ROOT"] = str(workdir / "data")
+    code = f"from automl.serve import serve; serve('127.0.0.1', {port}, 0, {url!r})"
+    log = (workdir / "server.log").open("w")
+    process = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=workdir, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base}/healthz").status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"the server did not start; see {workdir / 'server.log'}")

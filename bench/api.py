@@ -14,10 +14,7 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +27,7 @@ from automl.settings import Settings
 from automl.spec import parse_spec
 from automl.storage import open_storage
 from automl.studies import create_study
+from bench._common import start_server
 
 try:
     from uvloop import run as _RUN  # a cheaper client loop where installed
@@ -184,32 +182,6 @@ def _check_round_trip(study: optuna.Study, trials: list) -> None:
         assert got.constraints == want.constraints, number
 
 
-def start_server(url: str, workdir: Path) -> tuple[subprocess.Popen, str]:
-    """``automl.serve.serve`` on a free loopback port, in its own process."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "AUTOML_API_TOKENS": json.dumps([TOKEN])}
-    env["AUTOML_ARTIFACTS_DIR"] = str(workdir / "artifacts")
-    code = f"from automl.serve import serve; serve('127.0.0.1', {port}, 0, {url!r})"
-    process = subprocess.Popen(
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base}/healthz").status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("the server did not start")
-
-
 async def load(base: str, paths: list[str], clients: int) -> dict:
     """Send ``paths`` from ``clients`` concurrent clients; latency percentiles and req/s.
 
@@ -261,7 +233,7 @@ def main() -> None:
         workdir = Path(tmp)
         url = args.storage or f"sqlite:///{workdir}/bench.db"
         print(f"populating {args.trials} trials: {populate(url, args.trials):.1f} s")
-        process, base = start_server(url, workdir)
+        process, base = start_server(url, workdir, TOKEN)
         try:
             _report(base, process.pid, args.requests)
         finally:

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import optuna
 
 from automl.settings import Settings
@@ -30,6 +26,7 @@ from automl.spec import parse_spec
 from automl.storage import open_artifact_store, open_storage
 from automl.studies import create_study
 from automl.worker import run_study_loop
+from bench._common import start_server
 
 TOKEN = "fuzz-token-0123456789"
 SERVER_ERRORS = {"ST101", "ST102"}
@@ -46,28 +43,6 @@ def prepare(workdir: Path) -> str:
     artifacts = open_artifact_store(settings)
     run_study_loop("example", storage, artifact_store=artifacts, settings=settings)
     return url
-
-
-def start_server(url: str, workdir: Path) -> tuple[subprocess.Popen, str]:
-    """``automl.serve.serve`` on a free loopback port, without workers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "AUTOML_API_TOKENS": json.dumps([TOKEN])}
-    env["AUTOML_ARTIFACTS_DIR"] = str(workdir / "artifacts")
-    env["AUTOML_DATA_ROOT"] = str(workdir / "data")
-    code = f"from automl.serve import serve; serve('127.0.0.1', {port}, 0, {url!r})"
-    log = (workdir / "server.log").open("w")
-    process = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=workdir, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base}/healthz").status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("the server did not start")
 
 
 def fuzz(base: str, report: Path, max_examples: int, seed: int) -> dict:
@@ -94,7 +69,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="automl-fuzz-") as tmp:
         workdir = Path(tmp)
         (workdir / "data").mkdir()
-        process, base = start_server(prepare(workdir), workdir)
+        process, base = start_server(prepare(workdir), workdir, TOKEN)
         try:
             result = fuzz(base, workdir / "report.json", args.max_examples, args.seed)
         finally:
