@@ -99,7 +99,7 @@ async def pareto(
 
 @router.get(
     "/{name}/report",
-    response_class=HTMLResponse,
+    response_model=None,
     responses={**_NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
 )
 async def report(name: StudyName, storage: StorageDep) -> HTMLResponse:
