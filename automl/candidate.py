@@ -14,8 +14,8 @@ class ArchConfig:
     """Architecture knobs: ``kernel_size`` applies to conv families, ``dropout`` to all."""
 
     family: str
-    width: int
-    depth: int
+    width: int = 32
+    depth: int = 2
     kernel_size: int = 3
     dropout: float = 0.0
 

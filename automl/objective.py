@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import tempfile
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
     from automl.spec import StudySpec
 
 logger = logging.getLogger("automl.trial")
+# Constraints are written in both of Optuna's formats (see _record_constraints) under the same
+# keys, so Optuna's notice that one overwrites the other says nothing.
+warnings.filterwarnings(
+    "ignore", message="Overwrite an old format constraint", category=UserWarning
+)
 FAIL_REASON = "fail_reason"
 ARTIFACT_ID = "artifact_id"
 

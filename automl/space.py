@@ -108,6 +108,8 @@ class SearchSpace(BaseModel):
             seen.append(name)
         if "arch.family" not in {p.sets or n for n, p in self.params.items()}:
             raise ValueError("the space must set arch.family (categorical or fixed)")
+        first = {p.sets or n: _values(p)[0] for n, p in self.params.items()}
+        candidate_from_values(first)  # a space whose candidates cannot be built fails here
         return self
 
     def bit_choices(self) -> set[int]:
@@ -115,6 +117,8 @@ class SearchSpace(BaseModel):
         out: set[int] = set()
         for name, param in self.params.items():
             if (param.sets or name) == "bits":
+                if isinstance(param, FloatParam):
+                    raise SpecError("bits must be categorical, int or fixed")
                 out |= set(_values(param))
         return out or {32}
 
@@ -146,7 +150,7 @@ def _values(param: Param) -> list[Scalar]:
         return [param.value]
     if isinstance(param, IntParam):
         return list(range(param.low, param.high + 1, param.step))
-    raise SpecError("bits must be categorical, int or fixed")
+    return [param.low]
 
 
 def _suggest(trial: optuna.Trial, name: str, param: Param) -> Any:
@@ -168,7 +172,10 @@ def candidate_from_values(values: dict[str, Any]) -> Candidate:
             nested[group][field] = value
         else:
             nested[key] = value
-    return Candidate.from_dict(nested)
+    try:
+        return Candidate.from_dict(nested)
+    except TypeError as e:  # e.g. a knob of the wrong type
+        raise SpecError(f"cannot build a candidate from {values}: {e}") from e
 
 
 def load_space(name_or_path: str, *, directory: Path = SEARCH_SPACES_DIR) -> SearchSpace:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import optuna
+from sqlalchemy.exc import SQLAlchemyError
 
 from automl.cache import StageCache
 from automl.objective import StudyObjective
@@ -97,19 +98,44 @@ def run_study_loop(
         spec, artifact_store, settings.data_root, threads, cache=stage_cache(settings)
     )
     deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
-    ran = 0
+    ran, outage_s = 0, 0.0
     while True:
-        reason = _stop_reason(study, spec, stop, deadline, ran, max_trials)
-        if reason == "wait":
-            time.sleep(poll_s)
+        try:
+            reason = _stop_reason(study, spec, stop, deadline, ran, max_trials)
+            if reason == "wait":
+                time.sleep(poll_s)
+                continue
+            if reason:
+                return LoopResult(ran=ran, reason=reason)
+            logger.info("study %s: starting a trial on %s", name, spec.target)
+            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
+        except Exception as e:
+            if not storage_unreachable(e):
+                raise
+            # The trial being told (if any) stays RUNNING; the reaper fails and retries it.
+            outage_s = min(max(2 * outage_s, 1.0), 30.0)
+            logger.warning(
+                "storage unreachable (%s); retrying in %.0f s", type(e).__name__, outage_s
+            )
+            time.sleep(outage_s)
             continue
-        if reason:
-            return LoopResult(ran=ran, reason=reason)
-        logger.info("study %s: starting a trial on %s", name, spec.target)
-        study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
-        ran += 1
+        ran, outage_s = ran + 1, 0.0
         if on_trial_end is not None:
             on_trial_end(study)
+
+
+def storage_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) means the storage could not be reached.
+
+    Optuna wraps a failed commit in ``StorageInternalError``, and may then hit an
+    ``UnboundLocalError`` of its own while cleaning up, so the whole chain is checked.
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (SQLAlchemyError, optuna.exceptions.StorageInternalError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _stop_reason(study, spec, stop, deadline, ran, max_trials) -> str | None:

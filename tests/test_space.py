@@ -72,3 +72,12 @@ def test_a_family_is_required(tmp_path):
     path.write_text("name: t\nparams:\n  bits: {type: fixed, value: 8}\n")
     with pytest.raises(SpecError, match=r"must set arch\.family"):
         load_space(str(path))
+
+
+def test_unset_knobs_take_defaults_and_unbuildable_spaces_fail_at_load(tmp_path):
+    space = load_space(str(_write(tmp_path, "  bits: {type: categorical, choices: [32, 8]}\n")))
+    candidate = space.suggest(optuna.create_study().ask())
+    assert (candidate.arch.width, candidate.arch.depth) == (32, 2)
+    bad = _write(tmp_path, "  arch.kernel_size: {type: fixed, value: 4}\n")
+    with pytest.raises(SpecError, match="kernel_size must be odd"):
+        load_space(str(bad))

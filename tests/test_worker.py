@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import optuna
@@ -39,6 +42,7 @@ def fleet(tmp_path):
             "AUTOML_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
             "AUTOML_HEARTBEAT_INTERVAL_S": "1",
             "AUTOML_GRACE_PERIOD_S": "3",
+            "AUTOML_POOL_SIZE": "1",
             "AUTOML_CACHE_ENABLED": "false",
         }
         settings = Settings(storage=url, heartbeat_interval_s=1, grace_period_s=3)
@@ -150,3 +154,63 @@ def test_reaper_fails_stale_trials_without_live_workers(fleet):
     assert reap_all(study._storage) == 1
     states = _states(study)
     assert states == {"FAIL": 1, "WAITING": 1}
+
+
+class _Proxy:
+    """A TCP proxy to PostgreSQL that can drop every connection and refuse new ones for a while."""
+
+    def __init__(self, port: int = 5432) -> None:
+        self.target = ("127.0.0.1", port)
+        self.connections: list[socket.socket] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed by outage()
+            upstream = socket.create_connection(self.target)
+            self.connections += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def outage(self, seconds: float) -> None:
+        """Refuse and drop every connection for ``seconds``, as a database restart does."""
+        self.server.close()
+        for connection in self.connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        time.sleep(seconds)
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
+
+
+def test_worker_survives_a_database_outage(fleet):
+    make_study, worker = fleet
+    study = make_study("outage", n_trials=4, epochs=40)
+    proxy = _Proxy()
+    url = study._storage._backend.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    process = worker("--target", "cpu", "--studies", "outage", "--storage", url)
+    _running_on(study, process.pid)
+    proxy.outage(5)
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, output
+    states = _states(study)
+    assert states["COMPLETE"] == 4 and "RUNNING" not in states
+    # The outage hit the running trial: it failed (and was retried) or its commit was retried.
+    assert states.get("FAIL", 0) >= 1 or "storage unreachable" in output, (states, output)
