@@ -154,7 +154,7 @@ def start(
     n_trials: Annotated[int | None, typer.Option(help="COMPLETE trials to reach.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     sampler: Annotated[
-        str | None, typer.Option(help="default, optuna, tpe, nsga2, random or gp.")
+        str | None, typer.Option(help="default, tpe, nsga2, random or gp.")
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, training and sampler.")] = None,
     storage: StorageOpt = None,

@@ -118,7 +118,7 @@ class StudySpec(BaseModel):
     dataset: str = "digits"
     n_trials: int | None = Field(default=24, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
-    sampler: Literal["default", "optuna", "tpe", "nsga2", "random", "gp"] = "default"
+    sampler: Literal["default", "tpe", "nsga2", "random", "gp"] = "default"
     seed: int = 0
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: list[Constraint] = Field(default_factory=_default_constraints)

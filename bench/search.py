@@ -1,4 +1,4 @@
-"""Search efficiency: hypervolume per trial budget for our default, Optuna's default, NSGA-II, random.
+"""Search efficiency: hypervolume per trial budget for the default sampler, NSGA-II and random.
 
 Run: ``.venv/bin/python bench/search.py [--trials 40] [--seeds 0 1 2] [--png bench/out/hv.png]``.
 Every sampler runs the same budget on ``digits-mixed`` (stage cache on) for each seed. The
@@ -19,7 +19,7 @@ from optuna._hypervolume import compute_hypervolume
 
 from bench._common import run_study
 
-SAMPLERS = ("default", "optuna", "nsga2", "random")
+SAMPLERS = ("default", "nsga2", "random")
 REFERENCE = np.array([-0.5, 3.0])  # (-accuracy, log10 µs/sample)
 
 
