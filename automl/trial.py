@@ -183,7 +183,7 @@ class _Stages:
             # Pruning is deterministic and cheap: redo it to get the shapes, skip the fine-tune.
             shell = prune(trained, self.data, self.candidate.pruning_ratio, TrainConfig(epochs=0))
             shell.model.load_state_dict(cached["state_dict"])
-            return PruneResult(**{**asdict_shallow(shell), "history": tuple(cached["history"])})
+            return PruneResult(**{**_fields(shell), "history": tuple(cached["history"])})
         result = prune(
             trained, self.data, self.candidate.pruning_ratio, self.finetune,
             seed=self.seed, device=self.device, threads=self.threads,
@@ -243,7 +243,7 @@ class _Stages:
         self.cache.put(kind, key, ".pt", tmp)
 
 
-def asdict_shallow(result: PruneResult) -> dict:
+def _fields(result: PruneResult) -> dict:
     """Field values of a frozen dataclass without deep-copying the model."""
     return {name: getattr(result, name) for name in result.__dataclass_fields__}
 

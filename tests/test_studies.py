@@ -128,7 +128,7 @@ def test_unknown_study(env):
 def test_bits_the_target_cannot_run_are_refused_before_running(env, tmp_path):
     space = tmp_path / "twobit.yaml"
     space.write_text(
-        "name: x\nparams:\n  arch.family: {type: fixed, value: mlp}\n  bits: {type: fixed, value: 2}\n"
+        "name: x\nparams:\n  arch.family: {type: fixed, value: mlp}\n  bits: {type: categorical, choices: [32, 2]}\n"
     )
     with pytest.raises(SpecError, match="cannot run"):
         create_study(_spec(search_space=str(space)), env[1])
