@@ -153,9 +153,7 @@ def start(
     dataset: Annotated[str | None, typer.Option(help="digits, an .npz path or module:fn.")] = None,
     n_trials: Annotated[int | None, typer.Option(help="COMPLETE trials to reach.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-    sampler: Annotated[
-        str | None, typer.Option(help="default, tpe, nsga2, random or gp.")
-    ] = None,
+    sampler: Annotated[str | None, typer.Option(help="default, tpe, nsga2, random or gp.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, training and sampler.")] = None,
     storage: StorageOpt = None,
     jobs: Annotated[int, typer.Option(help="Local worker processes.", min=1)] = 1,
