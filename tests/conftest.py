@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 
+# A size budget that a small int8 MLP meets and a wide fp32 one does not: enqueue both to get
+# one feasible and one infeasible trial.
+SIZE_BUDGET = ["latency_p99_ms <= 5", "size_mb <= 0.02"]
+FEASIBLE_AND_INFEASIBLE = [
+    {"arch.width": 16, "arch.depth": 1, "bits": 8, "int8_mode": "static"},
+    {"arch.width": 128, "arch.depth": 1, "bits": 32},
+]
 PG_DSN = "host=127.0.0.1 port=5432 dbname=test"
 PG_USERS = ("postgres", "root")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import onnx
 import pytest
-from conftest import run_cli_study
+from conftest import FEASIBLE_AND_INFEASIBLE, SIZE_BUDGET, run_cli_study
 
 from automl.dashboard import exposure_warning, is_loopback
 from automl.spec import METRICS
@@ -21,19 +21,14 @@ SPEC = {
     "name": NAME,
     "search_space": "digits-mlp",
     "n_trials": 2,
-    "constraints": ["latency_p99_ms <= 5", "size_mb <= 0.02"],
+    "constraints": SIZE_BUDGET,
 }
-# A small model meets the size budget and a wide fp32 one does not.
-ENQUEUED = [
-    {"arch.width": 16, "arch.depth": 1, "bits": 8, "int8_mode": "static"},
-    {"arch.width": 128, "arch.depth": 1, "bits": 32},
-]
 RECORDED = {*METRICS, "timings", "latency", "latency_source", "env", "candidate", "artifact_id"}
 
 
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return run_cli_study(tmp_path_factory.mktemp("dashboard"), SPEC, ENQUEUED)
+    return run_cli_study(tmp_path_factory.mktemp("dashboard"), SPEC, FEASIBLE_AND_INFEASIBLE)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +85,7 @@ def test_study_and_objective_names(detail: tuple[int, dict]) -> None:
     assert study["objective_names"] == ["accuracy", "latency_per_sample_ms"]
     assert study["directions"] == ["maximize", "minimize"]
     assert {a["key"] for a in study["user_attrs"]} >= {"automl_spec", "target", "constraints"}
-    assert len(study["trials"]) == len(ENQUEUED)
+    assert len(study["trials"]) == len(FEASIBLE_AND_INFEASIBLE)
     assert study["best_trials"]
 
 

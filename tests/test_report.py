@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_cli_study
+from conftest import FEASIBLE_AND_INFEASIBLE, SIZE_BUDGET, run_cli_study
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -22,18 +22,13 @@ SPEC = {
     "name": NAME,
     "search_space": "digits-mlp",
     "n_trials": 4,
-    "constraints": ["latency_p99_ms <= 5", "size_mb <= 0.02"],
+    "constraints": SIZE_BUDGET,
 }
-# A small model meets the size budget and a wide fp32 one does not; the rest are sampled.
-ENQUEUED = [
-    {"arch.width": 16, "arch.depth": 1, "bits": 8, "int8_mode": "static"},
-    {"arch.width": 128, "arch.depth": 1, "bits": 32},
-]
 
 
 @pytest.fixture(scope="module")
 def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    run = run_cli_study(tmp_path_factory.mktemp("report"), SPEC, ENQUEUED)
+    run = run_cli_study(tmp_path_factory.mktemp("report"), SPEC, FEASIBLE_AND_INFEASIBLE)
     failed = create_trial(
         state=TrialState.FAIL,
         params={"arch.width": 16},
