@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import optuna
+from optuna.trial import TrialState
+
 from automl.data import Dataset, load_dataset
 from automl.space import load_space
 from automl.targets import load_target
@@ -18,7 +21,6 @@ from automl.targets import load_target
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import optuna
     from optuna.artifacts import FileSystemArtifactStore
 
     from automl.cache import StageCache
@@ -31,6 +33,7 @@ warnings.filterwarnings(
     "ignore", message="Overwrite an old format constraint", category=UserWarning
 )
 FAIL_REASON = "fail_reason"
+_TAKEN = (TrialState.COMPLETE, TrialState.RUNNING)
 ARTIFACT_ID = "artifact_id"
 
 
@@ -51,12 +54,28 @@ class StudyObjective:
     cache: StageCache | None = None
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
+        if self._over_budget(trial):
+            # Workers check for a free slot before asking; two can pass that check at once.
+            raise optuna.TrialPruned(f"over budget: {self.spec.n_trials} trials already taken")
         try:
             return self._run(trial)
         except Exception as e:
             # Recorded for `study show` and the API; Optuna then marks the trial FAIL.
             trial.set_user_attr(FAIL_REASON, f"{type(e).__name__}: {e}")
             raise
+
+    def _over_budget(self, trial: optuna.Trial) -> bool:
+        """Whether COMPLETE trials plus RUNNING ones started before this one fill ``n_trials``.
+
+        Trial numbers order the RUNNING trials, so concurrent workers agree on who is in.
+        """
+        if self.spec.n_trials is None:
+            return False
+        taken = 0
+        for other in trial.study.get_trials(deepcopy=False, states=_TAKEN):
+            if other.state == TrialState.COMPLETE or other.number < trial.number:
+                taken += 1
+        return taken >= self.spec.n_trials
 
     def _run(self, trial: optuna.Trial) -> list[float]:
         from optuna.artifacts import upload_artifact

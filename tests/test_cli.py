@@ -11,8 +11,11 @@ import numpy as np
 import onnxruntime as ort
 import optuna
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from automl.data import load_dataset
+from automl.settings import Settings
+from automl.storage import open_storage
 
 AUTOML = [sys.executable, "-m", "automl"]
 
@@ -131,9 +134,9 @@ def test_bad_input_is_a_clear_error(cli):
 def _count_complete(storage: str, name: str) -> int:
     if not os.path.exists(storage.removeprefix("sqlite:///")):
         return 0
-    try:
-        study = optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
+    try:  # the CLI may still be creating the tables or the study
+        study = optuna.load_study(study_name=name, storage=open_storage(storage, Settings()))
+    except (KeyError, OperationalError):
         return 0
     return sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
 

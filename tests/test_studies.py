@@ -152,3 +152,15 @@ def test_remeasure_front_records_new_latencies(env):
         )
     stored = optuna.load_study(study_name="t", storage=settings.storage).user_attrs[REMEASURED_ATTR]
     assert set(stored) == {str(n) for n in results}
+
+
+def test_a_trial_started_past_the_budget_is_pruned_without_running(env):
+    from automl.objective import StudyObjective
+
+    _, storage, store = env
+    spec = _spec(n_trials=1)
+    study = create_study(spec, storage)
+    study.ask()  # another worker's RUNNING trial holds the only slot
+    study.optimize(StudyObjective(spec, store), n_trials=1)
+    pruned = study.trials[-1]
+    assert pruned.state.name == "PRUNED" and "candidate" not in pruned.user_attrs
