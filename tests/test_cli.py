@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -11,11 +13,8 @@ import numpy as np
 import onnxruntime as ort
 import optuna
 import pytest
-from sqlalchemy.exc import OperationalError
 
 from automl.data import load_dataset
-from automl.settings import Settings
-from automl.storage import open_storage
 
 AUTOML = [sys.executable, "-m", "automl"]
 
@@ -131,14 +130,14 @@ def test_bad_input_is_a_clear_error(cli):
     assert out.returncode == 2 and "no study named 'nope'" in out.stderr
 
 
-def _count_complete(storage: str, name: str) -> int:
-    if not os.path.exists(storage.removeprefix("sqlite:///")):
+def _count_complete(storage: str) -> int:
+    """COMPLETE trials, read-only: polling must not take write locks from the CLI under test."""
+    path = storage.removeprefix("sqlite:///")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+    except sqlite3.OperationalError:  # no file or no tables yet
         return 0
-    try:  # the CLI may still be creating the tables or the study
-        study = optuna.load_study(study_name=name, storage=open_storage(storage, Settings()))
-    except (KeyError, OperationalError):
-        return 0
-    return sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
 
 
 def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
@@ -147,7 +146,7 @@ def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
         args, cwd=tmp_path, env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
-    while _count_complete(cli.storage, "r") < 2 and time.monotonic() < deadline:
+    while _count_complete(cli.storage) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     process.send_signal(signal.SIGKILL)
     process.wait()
