@@ -33,6 +33,8 @@ KEYS = (
     "train.weight_decay",
     "train.batch_size",
 )
+# Knobs that change how a model is deployed, not its weights.
+DEPLOYMENT_KEYS = ("bits", "int8_mode", "batch_size")
 Scalar = int | float | str
 
 
@@ -131,6 +133,14 @@ class SearchSpace(BaseModel):
                 f"{target.name!r} cannot run; it supports {sorted(target.precisions)}"
             )
 
+    def model_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The trial ``params`` that decide the weights: all but the deployment knobs."""
+        return {
+            name: value
+            for name, value in params.items()
+            if (self.params[name].sets or name) not in DEPLOYMENT_KEYS
+        }
+
     def suggest(self, trial: optuna.Trial) -> Candidate:
         """Draw one candidate from ``trial``; conditional parameters follow their ``when``."""
         chosen: dict[str, Any] = {}
@@ -214,4 +224,4 @@ def _format(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BITS", "KEYS", "SearchSpace", "candidate_from_values", "list_spaces", "load_space"]
+__all__ = ["BITS", "DEPLOYMENT_KEYS", "KEYS", "SearchSpace", "candidate_from_values", "list_spaces", "load_space"]

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -14,6 +15,7 @@ from automl.errors import SpecError
 if TYPE_CHECKING:
     import optuna
     from optuna.artifacts import FileSystemArtifactStore
+    from sqlalchemy.engine import Engine
 
     from automl.settings import Settings
 
@@ -53,7 +55,7 @@ def open_storage(url: str, settings: Settings) -> optuna.storages.RDBStorage:
         }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(
+        storage = optuna.storages.RDBStorage(
             url,
             engine_kwargs=engine_kwargs,
             heartbeat_interval=settings.heartbeat_interval_s,
@@ -62,6 +64,26 @@ def open_storage(url: str, settings: Settings) -> optuna.storages.RDBStorage:
                 max_retry=settings.max_retry
             ),
         )
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        _use_wal(storage.engine)
+    return storage
+
+
+def _use_wal(engine: Engine) -> None:
+    """Write-ahead log and ``synchronous=NORMAL``: a commit no longer waits for an fsync.
+
+    Committed trials survive a crash of the process; only a power cut can lose the last few.
+    Readers (the dashboard, the API) then never block the writing worker.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(connection, _record) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    engine.dispose()  # connections opened before the listener reconnect with it
 
 
 def open_artifact_store(settings: Settings) -> FileSystemArtifactStore:

@@ -147,17 +147,29 @@ def _stop_reason(study, spec, stop, deadline, ran, max_trials) -> str | None:
         return "timeout"
     if max_trials is not None and ran >= max_trials:
         return "max-trials"
-    reap_stale_trials(study)
     counts = count_states(study.get_trials(deepcopy=False))
     if counts["FAIL"] >= fail_cap(spec):
         return "too-many-failures"
     if spec.n_trials is None:
         return None
     if counts["COMPLETE"] >= spec.n_trials:
+        if counts["WAITING"]:
+            _prune_leftovers(study)
         return "done"
     if counts["COMPLETE"] + counts["RUNNING"] >= spec.n_trials:
+        # Each trial's optimize() reaps too; a waiting loop must not wait on a dead worker.
+        reap_stale_trials(study)
         return "wait"
     return None
+
+
+def _prune_leftovers(study: optuna.Study) -> None:
+    """Prune trials still queued when the study is done, e.g. variants two workers both queued.
+
+    No loop asks for a trial once ``n_trials`` are COMPLETE, so they would wait forever.
+    """
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.PRUNED)
 
 
 def stage_cache(settings: Settings) -> StageCache | None:

@@ -1,13 +1,16 @@
 """Scale-out on PostgreSQL: (a) 1 vs 2 real workers, (b) a simulated fleet of 8-32 workers.
 
-Run: ``.venv/bin/python -m bench.scale [--trials 12] [--fleet 8 16 32]`` with PostgreSQL on
-127.0.0.1:5432 (database ``test``); each part uses a throwaway schema.
+Run: ``.venv/bin/python -m bench.scale [--trials 20] [--fleet 8 16 32] [--sleep 0.2 2]`` with
+PostgreSQL on 127.0.0.1:5432 (database ``test``); each part uses a throwaway schema.
 
 (a) runs ``automl worker`` processes (one torch thread each, stage cache off) on a study of
 small MLPs, first one worker then two, and prints trials/min and the ratio.
 (b) starts N processes that each run trials of a sleep-only objective through Optuna's RDB
 storage with heartbeats, the way workers do, and prints the storage overhead per trial
-(trial wall time minus the sleep: ask, tell, heartbeats, stale-trial checks) and errors.
+(trial wall time minus the sleep: ask, tell, heartbeats, stale-trial checks) and errors, for
+each sleep length. It also prints the machine's CPU time per trial (clients and PostgreSQL,
+from /proc/stat): when workers / (sleep + overhead) trials per second need more CPU than
+the cores have, the overhead measured is queueing for this machine's CPU, not the storage.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ params:
   batch_size: {type: fixed, value: 8}
   train.epochs: {type: fixed, value: 30}
 """
-SLEEP_S = 0.2
 
 
 class Schema:
@@ -88,7 +90,13 @@ def _real_workers(url: str, workers: int, trials: int, workdir: Path) -> tuple[f
     return wall, 60 * (len(done) - 1) / (done[-1] - done[0]).total_seconds()
 
 
-def _fleet_member(url: str, name: str, trials: int, queue: multiprocessing.Queue) -> None:
+def _busy_jiffies() -> int:
+    """CPU time all processes on this machine have used, in clock ticks (Linux)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+
+
+def _fleet_member(url: str, name: str, trials: int, sleep_s: float, queue, ready) -> None:
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     overheads, cpu, errors = [], [], 0
@@ -102,39 +110,48 @@ def _fleet_member(url: str, name: str, trials: int, queue: multiprocessing.Queue
             study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler()
         )
     except Exception:  # counted and reported; the bench goes on
+        ready.wait()
         queue.put(([], [], trials))
         return
+    ready.wait()  # every member is set up: the trials start together
     for _ in range(trials):
         start, start_cpu = time.perf_counter(), time.process_time()
         try:
-            study.optimize(lambda t: time.sleep(SLEEP_S) or t.suggest_float("x", 0, 1), n_trials=1)
+            study.optimize(lambda t: time.sleep(sleep_s) or t.suggest_float("x", 0, 1), n_trials=1)
         except Exception:  # counted as an error
             errors += 1
             continue
-        overheads.append(time.perf_counter() - start - SLEEP_S)
+        overheads.append(time.perf_counter() - start - sleep_s)
         cpu.append(time.process_time() - start_cpu)
     queue.put((overheads, cpu, errors))
 
 
-def _fleet(url: str, workers: int, trials_each: int) -> tuple[float, float, float, int]:
+def _fleet(url: str, workers: int, trials_each: int, sleep_s: float) -> dict:
     name = f"fleet-{workers}"
     optuna.create_study(study_name=name, storage=url)
     context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    processes = [
-        context.Process(target=_fleet_member, args=(url, name, trials_each, queue))
-        for _ in range(workers)
-    ]
+    queue, ready = context.Queue(), context.Barrier(workers + 1)
+    args = (url, name, trials_each, sleep_s, queue, ready)
+    processes = [context.Process(target=_fleet_member, args=args) for _ in range(workers)]
     for process in processes:
         process.start()
+    ready.wait()  # start-up (imports, connections) is not part of the measurement
+    busy, start = _busy_jiffies(), time.perf_counter()
     results = [queue.get() for _ in processes]
     for process in processes:
         process.join()
+    busy, seconds = _busy_jiffies() - busy, time.perf_counter() - start
     overheads = [o for member, _, _ in results for o in member]
     cpu = [c for _, member, _ in results for c in member]
-    errors = sum(e for _, _, e in results)
-    p99 = statistics.quantiles(overheads, n=100)[98]
-    return statistics.median(overheads) * 1000, p99 * 1000, statistics.median(cpu) * 1000, errors
+    measured_trials = len(overheads) + sum(e for _, _, e in results)
+    return {
+        "median_ms": statistics.median(overheads) * 1000,
+        "p99_ms": statistics.quantiles(overheads, n=100)[98] * 1000,
+        "client_cpu_ms": statistics.median(cpu) * 1000,
+        "machine_cpu_ms": 1000 * busy / os.sysconf("SC_CLK_TCK") / max(measured_trials, 1),
+        "trials_per_s": measured_trials / seconds,
+        "errors": sum(e for _, _, e in results),
+    }
 
 
 def main() -> None:
@@ -142,6 +159,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--fleet", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--trials-each", type=int, default=10)
+    parser.add_argument("--sleep", type=float, nargs="+", default=[0.2, 2.0])
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with Schema() as url, tempfile.TemporaryDirectory() as tmp:
@@ -150,12 +168,19 @@ def main() -> None:
     for label, index in (("whole run, with process start-up", 0), ("steady state", 1)):
         print(f"(a) {args.trials} trials, {label}: 1 worker {one[index]:.1f} trials/min, "
               f"2 workers {two[index]:.1f} trials/min, ratio {two[index] / one[index]:.2f}")  # fmt: skip
-    for workers in args.fleet:
-        with Schema() as url:
-            median_ms, p99_ms, cpu_ms, errors = _fleet(url, workers, args.trials_each)
-        print(f"(b) {workers:>2} workers x {args.trials_each} sleep trials: storage overhead per "
-              f"trial median {median_ms:.1f} ms, p99 {p99_ms:.1f} ms (client CPU per trial "
-              f"{cpu_ms:.1f} ms), errors {errors}")  # fmt: skip
+    cores = os.cpu_count()
+    for sleep_s in args.sleep:
+        for workers in args.fleet:
+            with Schema() as url:
+                r = _fleet(url, workers, args.trials_each, sleep_s)
+            print(
+                f"(b) {workers:>2} workers x {args.trials_each} trials of {sleep_s:g} s sleep: "
+                f"storage overhead per trial median {r['median_ms']:.1f} ms, p99 "
+                f"{r['p99_ms']:.1f} ms, errors {r['errors']}; {r['trials_per_s']:.1f} trials/s, "
+                f"CPU per trial {r['client_cpu_ms']:.1f} ms in the client, "
+                f"{r['machine_cpu_ms']:.1f} ms machine-wide (so {cores} cores sustain at most "
+                f"{1000 * cores / r['machine_cpu_ms']:.0f} trials/s)"
+            )
 
 
 if __name__ == "__main__":

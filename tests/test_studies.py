@@ -164,3 +164,67 @@ def test_a_trial_started_past_the_budget_is_pruned_without_running(env):
     study.optimize(StudyObjective(spec, store), n_trials=1)
     pruned = study.trials[-1]
     assert pruned.state.name == "PRUNED" and "candidate" not in pruned.user_attrs
+
+
+VARIANT_SPACE = """name: variants
+params:
+  arch.family: {type: fixed, value: mlp}
+  arch.width: {type: categorical, choices: [16, 256]}
+  arch.depth: {type: fixed, value: 2}
+  pruning_ratio: {type: float, low: 0.0, high: 0.4, step: 0.2}
+  bits: {type: categorical, choices: [32, 8]}
+  batch_size: {type: categorical, choices: [32, 128]}
+  train.epochs: {type: categorical, choices: [0, 3]}
+"""
+
+
+@pytest.fixture
+def variant_space(tmp_path):
+    space = tmp_path / "variants.yaml"
+    space.write_text(VARIANT_SPACE)
+    return str(space)
+
+
+def test_a_model_on_the_front_gets_variants_that_reuse_its_weights(env, variant_space):
+    settings, storage, store = env
+    create_study(_spec(search_space=variant_space, n_trials=5, trials_per_model=3), storage)
+    result = run_study_loop("t", storage, artifact_store=store, settings=settings)
+    assert result.reason == "done" and result.ran == 5
+
+    trials = optuna.load_study(study_name="t", storage=settings.storage).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 5  # none left waiting
+    parents = [t.user_attrs.get("variant_of") for t in trials]
+    assert parents[:3] == [None, 0, 0]  # the first model is on the (empty) front
+    assert not trials[0].user_attrs["reused"]["train"]
+    for trial, parent in zip(trials, parents, strict=True):
+        if parent is None:
+            continue
+        model = ("arch.width", "pruning_ratio", "train.epochs")
+        assert {k: trial.params[k] for k in model} == {k: trials[parent].params[k] for k in model}
+        assert trial.user_attrs["reused"]["train"] and trial.user_attrs["reused"]["prune"]
+    assert all(parents.count(n) <= 2 for n in range(5))
+
+
+def test_a_dominated_model_gets_no_variants(env, variant_space):
+    settings, storage, store = env
+    study = create_study(
+        _spec(search_space=variant_space, n_trials=3, trials_per_model=2), storage
+    )
+    deployment = {"pruning_ratio": 0.0, "bits": 32, "batch_size": 128}
+    study.enqueue_trial({"arch.width": 16, "train.epochs": 3, **deployment})
+    # Wider (slower at batch 128) and untrained (less accurate): dominated by the first.
+    study.enqueue_trial({"arch.width": 256, "train.epochs": 0, **deployment})
+    run_study_loop("t", storage, artifact_store=store, settings=settings)
+    trials = optuna.load_study(study_name="t", storage=storage).trials
+    assert trials[1].values[0] < trials[0].values[0] and trials[1].values[1] > trials[0].values[1]
+    assert [t.user_attrs.get("variant_of") for t in trials] == [None, None, 0]
+
+
+def test_leftover_queued_trials_are_pruned_when_the_study_is_done(env):
+    settings, storage, store = env
+    study = create_study(_spec(n_trials=1, trials_per_model=1), storage)
+    study.enqueue_trial({"arch.width": 16, "arch.depth": 1})
+    study.enqueue_trial({"arch.width": 32})
+    run_study_loop("t", storage, artifact_store=store, settings=settings)
+    states = [t.state.name for t in optuna.load_study(study_name="t", storage=storage).trials]
+    assert states == ["COMPLETE", "PRUNED"]

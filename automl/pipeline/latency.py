@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from automl.targets import Target
 
-_CHUNK_RUNS = 50
+_CHUNK_RUNS = 25
 _Z95 = 1.96
 _ORT_DTYPES = {
     "tensor(float)": np.float32,
@@ -159,8 +159,8 @@ def measure_latency(
     inputs: np.ndarray,
     batch_size: int,
     *,
-    warmup_runs: int = 20,
-    min_runs: int = 200,
+    warmup_runs: int = 10,
+    min_runs: int = 50,
     max_runs: int = 5000,
     max_seconds: float = 2.0,
     rel_ci: float = 0.02,
