@@ -224,4 +224,12 @@ def _format(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BITS", "DEPLOYMENT_KEYS", "KEYS", "SearchSpace", "candidate_from_values", "list_spaces", "load_space"]
+__all__ = [
+    "BITS",
+    "DEPLOYMENT_KEYS",
+    "KEYS",
+    "SearchSpace",
+    "candidate_from_values",
+    "list_spaces",
+    "load_space",
+]

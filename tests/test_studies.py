@@ -207,9 +207,7 @@ def test_a_model_on_the_front_gets_variants_that_reuse_its_weights(env, variant_
 
 def test_a_dominated_model_gets_no_variants(env, variant_space):
     settings, storage, store = env
-    study = create_study(
-        _spec(search_space=variant_space, n_trials=3, trials_per_model=2), storage
-    )
+    study = create_study(_spec(search_space=variant_space, n_trials=3, trials_per_model=2), storage)
     deployment = {"pruning_ratio": 0.0, "bits": 32, "batch_size": 128}
     study.enqueue_trial({"arch.width": 16, "train.epochs": 3, **deployment})
     # Wider (slower at batch 128) and untrained (less accurate): dominated by the first.
