@@ -30,6 +30,9 @@ from pathlib import Path
 import optuna
 import psycopg
 
+from automl.settings import Settings
+from automl.storage import open_storage
+
 PG = "host=127.0.0.1 port=5432 dbname=test user=postgres"
 SPACE = """name: scale
 params:
@@ -96,15 +99,13 @@ def _busy_jiffies() -> int:
     return sum(fields) - fields[3] - fields[4]  # all but idle and iowait
 
 
-def _fleet_member(url: str, name: str, trials: int, sleep_s: float, queue, ready) -> None:
+def _fleet_member(url, name, trials, sleep_s, heartbeat_s, queue, ready) -> None:
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     overheads, cpu, errors = [], [], 0
     try:
-        storage = optuna.storages.RDBStorage(
-            url, engine_kwargs={"pool_pre_ping": True, "pool_size": 1, "max_overflow": 1},
-            heartbeat_interval=1, grace_period=10,
-        )  # fmt: skip
+        # The storage exactly as `automl worker` opens it: pre-ping, pool, heartbeats, retry.
+        storage = open_storage(url, Settings(storage=url, heartbeat_interval_s=heartbeat_s))
         # Random sampling: the point is the storage's cost, not a sampler's.
         study = optuna.load_study(
             study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler()
@@ -126,12 +127,12 @@ def _fleet_member(url: str, name: str, trials: int, sleep_s: float, queue, ready
     queue.put((overheads, cpu, errors))
 
 
-def _fleet(url: str, workers: int, trials_each: int, sleep_s: float) -> dict:
+def _fleet(url: str, workers: int, trials_each: int, sleep_s: float, heartbeat_s: int) -> dict:
     name = f"fleet-{workers}"
     optuna.create_study(study_name=name, storage=url)
     context = multiprocessing.get_context("spawn")
     queue, ready = context.Queue(), context.Barrier(workers + 1)
-    args = (url, name, trials_each, sleep_s, queue, ready)
+    args = (url, name, trials_each, sleep_s, heartbeat_s, queue, ready)
     processes = [context.Process(target=_fleet_member, args=args) for _ in range(workers)]
     for process in processes:
         process.start()
@@ -160,19 +161,31 @@ def main() -> None:
     parser.add_argument("--fleet", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--trials-each", type=int, default=10)
     parser.add_argument("--sleep", type=float, nargs="+", default=[0.2, 2.0])
+    parser.add_argument("--heartbeat", type=int, default=1, help="heartbeat interval, s")
+    parser.add_argument("--parts", nargs="+", choices=["a", "b"], default=["a", "b"])
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if "a" in args.parts:
+        _part_a(args.trials)
+    if "b" in args.parts:
+        _part_b(args)
+
+
+def _part_a(trials: int) -> None:
     with Schema() as url, tempfile.TemporaryDirectory() as tmp:
-        one = _real_workers(url, 1, args.trials, Path(tmp))
-        two = _real_workers(url, 2, args.trials, Path(tmp))
+        one = _real_workers(url, 1, trials, Path(tmp))
+        two = _real_workers(url, 2, trials, Path(tmp))
     for label, index in (("whole run, with process start-up", 0), ("steady state", 1)):
-        print(f"(a) {args.trials} trials, {label}: 1 worker {one[index]:.1f} trials/min, "
+        print(f"(a) {trials} trials, {label}: 1 worker {one[index]:.1f} trials/min, "
               f"2 workers {two[index]:.1f} trials/min, ratio {two[index] / one[index]:.2f}")  # fmt: skip
+
+
+def _part_b(args: argparse.Namespace) -> None:
     cores = os.cpu_count()
     for sleep_s in args.sleep:
         for workers in args.fleet:
             with Schema() as url:
-                r = _fleet(url, workers, args.trials_each, sleep_s)
+                r = _fleet(url, workers, args.trials_each, sleep_s, args.heartbeat)
             print(
                 f"(b) {workers:>2} workers x {args.trials_each} trials of {sleep_s:g} s sleep: "
                 f"storage overhead per trial median {r['median_ms']:.1f} ms, p99 "
