@@ -114,7 +114,8 @@ class StudySpec(BaseModel):
     ``trials_per_model``: each model the sampler draws (architecture, training, pruning) is
     deployed by that many trials in all. After the first completes, the rest are queued with
     the model's params fixed; the sampler picks their bit-width, int8 mode and serving batch,
-    and the stage cache skips their training and fine-tuning. 1 makes every trial independent.
+    and the stage cache skips their training and fine-tuning. 1 (the default) makes every trial
+    independent.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -126,7 +127,7 @@ class StudySpec(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0)
     sampler: Literal["default", "tpe", "nsga2", "random", "gp"] = "default"
     seed: int = 0
-    trials_per_model: int = Field(default=4, ge=1)
+    trials_per_model: int = Field(default=1, ge=1)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: list[Constraint] = Field(default_factory=_default_constraints)
 

@@ -1,7 +1,7 @@
 """Trials per minute with the stage cache on and off, on the same suggested params.
 
 Run: ``.venv/bin/python bench/throughput.py [--trials 30] [--space digits-mixed]``.
-The cache-on study runs first with the default sampler and the default ``trials_per_model``;
+The cache-on study runs first with the default sampler and ``--trials-per-model`` (default 4);
 the cache-off study replays exactly its params (enqueued, no variants of its own), so both
 evaluate the same candidates side by side in one run. Shares of time are of whole trials
 (start to end in the storage), so sampler and storage time count as outside training.
@@ -46,12 +46,15 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--space", default="digits-mixed")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trials-per-model", type=int, default=4)
     args = parser.parse_args()
     spec = {"name": "throughput", "search_space": args.space, "n_trials": args.trials,
             "seed": args.seed}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        cached, _ = run_study(Path(tmp) / "on", cache=True, **spec)
+        cached, _ = run_study(
+            Path(tmp) / "on", cache=True, **spec, trials_per_model=args.trials_per_model
+        )
         on = _summary(cached, time.perf_counter() - start)
         params = [t.params for t in cached.trials if t.state.name == "COMPLETE"]
         start = time.perf_counter()
@@ -60,7 +63,8 @@ def main() -> None:
         )
         off = _summary(uncached, time.perf_counter() - start)
     same_params = params == [t.params for t in uncached.trials if t.state.name == "COMPLETE"]
-    print(f"{args.trials} trials of {args.space}, seed {args.seed}, same params: {same_params}")
+    print(f"{args.trials} trials of {args.space}, seed {args.seed}, trials_per_model "
+          f"{args.trials_per_model}, same params: {same_params}")  # fmt: skip
     for label, row in (("cache on ", on), ("cache off", off)):
         print(
             f"  {label}: {row['per_min']:6.1f} trials/min, "
