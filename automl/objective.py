@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
 
     from automl.cache import StageCache
-    from automl.space import SearchSpace
     from automl.spec import StudySpec
 
 logger = logging.getLogger("automl.trial")
@@ -35,9 +34,7 @@ warnings.filterwarnings(
 )
 FAIL_REASON = "fail_reason"
 _TAKEN = (TrialState.COMPLETE, TrialState.RUNNING)
-_QUEUED = (*_TAKEN, TrialState.WAITING)
 ARTIFACT_ID = "artifact_id"
-VARIANT_OF = "variant_of"
 
 
 @lru_cache(maxsize=4)
@@ -122,38 +119,7 @@ class StudyObjective:
         trial.set_user_attr("preprocessing", data.preprocessing)
         trial.set_user_attr(ARTIFACT_ID, artifact_id)
         self._record_constraints(trial, outcome.metrics)
-        values = [o.value(outcome.metrics) for o in self.spec.objectives]
-        self._enqueue_variants(trial, space, values)
-        return values
-
-    def _enqueue_variants(
-        self, trial: optuna.Trial, space: SearchSpace, values: list[float]
-    ) -> None:
-        """Queue the other ``trials_per_model - 1`` deployments of this trial's model.
-
-        Only a model worth exploiting has them: its trial is not itself a variant and no
-        complete trial dominates it. They are as many as fit in ``n_trials`` next to the
-        trials already complete, running or queued.
-        """
-        count = self.spec.trials_per_model - 1
-        if count <= 0 or VARIANT_OF in trial.user_attrs or self._dominated(trial, values):
-            return
-        if self.spec.n_trials is not None:
-            queued = len(trial.study.get_trials(deepcopy=False, states=_QUEUED))
-            count = min(count, self.spec.n_trials - queued)
-        fixed = space.model_params(trial.params)
-        for _ in range(count):
-            trial.study.enqueue_trial(fixed, user_attrs={VARIANT_OF: trial.number})
-
-    def _dominated(self, trial: optuna.Trial, values: list[float]) -> bool:
-        """Whether a complete trial is at least as good on every objective and better on one."""
-        signs = [1 if o.direction == "minimize" else -1 for o in self.spec.objectives]
-        mine = [s * v for s, v in zip(signs, values, strict=True)]
-        for other in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            theirs = [s * v for s, v in zip(signs, other.values, strict=True)]
-            if theirs != mine and all(t <= m for t, m in zip(theirs, mine, strict=True)):
-                return True
-        return False
+        return [o.value(outcome.metrics) for o in self.spec.objectives]
 
     def _record_constraints(self, trial: optuna.Trial, metrics: dict[str, float]) -> None:
         """Record violations (≤ 0 is feasible) with ``set_constraint`` under index keys.

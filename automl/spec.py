@@ -111,11 +111,9 @@ def _default_constraints() -> list[Constraint]:
 class StudySpec(BaseModel):
     """Everything a study needs; shared by the CLI, the API and the workers.
 
-    ``trials_per_model``: each model the sampler draws (architecture, training, pruning) is
-    deployed by that many trials in all. After the first completes, the rest are queued with
-    the model's params fixed; the sampler picks their bit-width, int8 mode and serving batch,
-    and the stage cache skips their training and fine-tuning. 1 (the default) makes every trial
-    independent.
+    ``trials_per_model``: a model (architecture, training, pruning) on the front is deployed by
+    up to that many trials in all; see :class:`automl.variants.VariantSampler`. 1 makes every
+    trial draw a new model.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -127,7 +125,7 @@ class StudySpec(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0)
     sampler: Literal["default", "tpe", "nsga2", "random", "gp"] = "default"
     seed: int = 0
-    trials_per_model: int = Field(default=1, ge=1)
+    trials_per_model: int = Field(default=4, ge=1)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: list[Constraint] = Field(default_factory=_default_constraints)
 

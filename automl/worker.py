@@ -19,7 +19,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from automl.cache import StageCache
 from automl.objective import StudyObjective
 from automl.samplers import make_sampler
+from automl.space import load_space
 from automl.studies import STOP_ATTR, count_states, fail_cap, load
+from automl.variants import VariantSampler
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -93,6 +95,8 @@ def run_study_loop(
     # A resumed study must not replay the draws of its first run: shift the seed by history.
     offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
     sampler = make_sampler(spec.sampler, spec.seed + offset)
+    if spec.trials_per_model > 1:
+        sampler = VariantSampler(sampler, load_space(spec.search_space), spec.trials_per_model)
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     objective = StudyObjective(
         spec, artifact_store, settings.data_root, threads, cache=stage_cache(settings)
@@ -153,23 +157,12 @@ def _stop_reason(study, spec, stop, deadline, ran, max_trials) -> str | None:
     if spec.n_trials is None:
         return None
     if counts["COMPLETE"] >= spec.n_trials:
-        if counts["WAITING"]:
-            _prune_leftovers(study)
         return "done"
     if counts["COMPLETE"] + counts["RUNNING"] >= spec.n_trials:
         # Each trial's optimize() reaps too; a waiting loop must not wait on a dead worker.
         reap_stale_trials(study)
         return "wait"
     return None
-
-
-def _prune_leftovers(study: optuna.Study) -> None:
-    """Prune trials still queued when the study is done, e.g. variants two workers both queued.
-
-    No loop asks for a trial once ``n_trials`` are COMPLETE, so they would wait forever.
-    """
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.PRUNED)
 
 
 def stage_cache(settings: Settings) -> StageCache | None:
