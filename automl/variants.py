@@ -9,9 +9,10 @@ cache then skips its training and fine-tuning.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
@@ -95,22 +96,23 @@ class VariantSampler(optuna.samplers.BaseSampler):
         variants = Counter(t.user_attrs.get(VARIANT_OF) for t in trials)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         signs = [1 if d == StudyDirection.MINIMIZE else -1 for d in study.directions]
-        deployments = defaultdict(list)  # a model's trials: its parent and the variants
-        for trial in complete:
-            deployments[trial.user_attrs.get(VARIANT_OF, trial.number)].append(trial)
+        front = _front(complete, signs)
+        # Models with a trial on the front, by their parent's number.
+        on_front = {t.user_attrs.get(VARIANT_OF, t.number) for t in complete if t.number in front}
         for trial in reversed(complete):
             if VARIANT_OF in trial.user_attrs or variants[trial.number] >= self._per_model - 1:
                 continue
-            if any(not _dominated(d, complete, signs) for d in deployments[trial.number]):
+            if trial.number in on_front:
                 return trial
         return None
 
 
-def _dominated(trial: FrozenTrial, others: list[FrozenTrial], signs: list[int]) -> bool:
-    """Whether another trial is at least as good on every objective and better on one."""
-    mine = [s * v for s, v in zip(signs, trial.values, strict=True)]
-    for other in others:
-        theirs = [s * v for s, v in zip(signs, other.values, strict=True)]
-        if theirs != mine and all(t <= m for t, m in zip(theirs, mine, strict=True)):
-            return True
-    return False
+def _front(trials: list[FrozenTrial], signs: list[int]) -> set[int]:
+    """Numbers of the trials that no other trial dominates (all objectives minimised by sign)."""
+    if not trials:
+        return set()
+    values = np.array([t.values for t in trials]) * np.array(signs)
+    no_worse = (values[:, None, :] <= values[None, :, :]).all(axis=2)  # [j, i]: j ≤ i everywhere
+    better = (values[:, None, :] < values[None, :, :]).any(axis=2)
+    dominated = (no_worse & better).any(axis=0)
+    return {t.number for t, d in zip(trials, dominated, strict=True) if not d}
