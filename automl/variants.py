@@ -32,9 +32,9 @@ class VariantSampler(optuna.samplers.BaseSampler):
     """A sampler whose new trials may redeploy a model on the front.
 
     The parent is the newest complete trial that is not a variant itself, whose model is on the
-    front (no complete trial dominates it or one of its variants), and that has fewer than ``trials_per_model - 1`` variants. Enqueued
-    and retried trials keep their own params. Nothing is queued: two workers picking the same
-    parent at once just give it one variant more.
+    front (no complete trial dominates it or one of its variants), and that has fewer than
+    ``trials_per_model - 1`` variants. Enqueued and retried trials keep their own params.
+    Nothing is queued: two workers picking the same parent at once give it one variant more.
     """
 
     def __init__(

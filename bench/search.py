@@ -2,9 +2,10 @@
 
 Run: ``.venv/bin/python bench/search.py [--trials 40] [--seeds 0 1 2] [--png bench/out/hv.png]``.
 Every sampler runs the same budget on ``digits-mixed`` (stage cache on) for each seed. The
-default sampler and NSGA-II run with ``--trials-per-model`` (the spec's default, 4, unless given);
-random is plain random search, one trial per model. The hypervolume uses feasible trials, objectives (accuracy, log10 µs per sample) and the fixed
-reference point (accuracy 0.5, 10^3 µs per sample).
+default sampler and NSGA-II run with ``--trials-per-model`` (the spec's default, 4, unless
+given); random is plain random search, one trial per model. The hypervolume uses feasible
+trials, objectives (accuracy, log10 µs per sample) and the fixed reference point
+(accuracy 0.5, 10^3 µs per sample).
 """
 
 from __future__ import annotations
@@ -61,14 +62,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             for sampler in samplers:
-                plain = {"trials_per_model": 1} if sampler == "random" else {}
-                if sampler != "random" and args.trials_per_model is not None:
-                    plain = {"trials_per_model": args.trials_per_model}
+                per_model = 1 if sampler == "random" else args.trials_per_model
+                variants = {} if per_model is None else {"trials_per_model": per_model}
                 start = time.perf_counter()
                 study, _ = run_study(
                     Path(tmp) / f"{sampler}-{seed}", name=f"{sampler}-{seed}",
                     search_space=args.space, n_trials=args.trials, sampler=sampler, seed=seed,
-                    **plain,
+                    **variants,
                 )  # fmt: skip
                 seconds[sampler].append(time.perf_counter() - start)
                 curves[sampler].append(hypervolume_curve(study))

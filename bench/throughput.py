@@ -29,10 +29,7 @@ def _summary(study, seconds: float) -> dict:
         "trials": len(trials),
         "per_min": 60 * len(trials) / seconds,
         "outside_training": 1 - training / total,
-        "stages": {
-            stage: sum(t.get(stage, 0.0) for t in timings) / len(trials)
-            for stage in (*timings[0], "other")
-        }
+        "stages": {stage: sum(t[stage] for t in timings) / len(trials) for stage in timings[0]}
         | {"other": (total - sum(sum(t.values()) for t in timings)) / len(trials)},
         "front": len(study.best_trials),
         "accuracy": [t.user_attrs["accuracy"] for t in trials],
