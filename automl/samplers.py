@@ -24,5 +24,5 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
+        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
     raise ValueError(f"unknown sampler {name!r}; choose one of {list(SAMPLERS)}")

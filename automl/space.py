@@ -35,6 +35,7 @@ KEYS = (
 )
 # Knobs that change how a model is deployed, not its weights.
 DEPLOYMENT_KEYS = ("bits", "int8_mode", "batch_size")
+MAX_DEPLOYMENTS = 4096
 Scalar = int | float | str
 
 
@@ -141,16 +142,45 @@ class SearchSpace(BaseModel):
             if (self.params[name].sets or name) not in DEPLOYMENT_KEYS
         }
 
+    def deployments(self, model_params: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Every assignment of the deployment knobs the space allows for a model, by param name.
+
+        Conditional knobs follow their ``when``; fixed ones are left out, as Optuna never sees
+        them. ``None`` when a knob is a float or the grid has over ``MAX_DEPLOYMENTS`` entries.
+        """
+        fixed = {n: p.value for n, p in self.params.items() if isinstance(p, FixedParam)}
+        grid: list[dict[str, Any]] = [{}]
+        for name, param in self.params.items():
+            if (param.sets or name) not in DEPLOYMENT_KEYS or isinstance(param, FixedParam):
+                continue
+            if isinstance(param, FloatParam):
+                return None
+            expanded = []
+            for chosen in grid:
+                if _applies(param, {**fixed, **model_params, **chosen}):
+                    expanded += [{**chosen, name: value} for value in _values(param)]
+                else:
+                    expanded.append(chosen)
+            if len(expanded) > MAX_DEPLOYMENTS:
+                return None
+            grid = expanded
+        return grid
+
     def suggest(self, trial: optuna.Trial) -> Candidate:
         """Draw one candidate from ``trial``; conditional parameters follow their ``when``."""
         chosen: dict[str, Any] = {}
         values: dict[str, Any] = {}
         for name, param in self.params.items():
-            if param.when and any(chosen.get(k) not in v for k, v in param.when.items()):
+            if not _applies(param, chosen):
                 continue
             chosen[name] = _suggest(trial, name, param)
             values[param.sets or name] = chosen[name]
         return candidate_from_values(values)
+
+
+def _applies(param: Param, chosen: dict[str, Any]) -> bool:
+    """Whether ``param``'s ``when`` holds for the params ``chosen`` so far."""
+    return not param.when or all(chosen.get(k) in v for k, v in param.when.items())
 
 
 def _values(param: Param) -> list[Scalar]:

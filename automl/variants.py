@@ -3,13 +3,15 @@
 Training dominates a trial, and bit-width, int8 mode and serving batch do not change the
 weights. :class:`VariantSampler` wraps the study's sampler: when a trial starts, it may become a
 variant of a model on the front, with that model's params fixed (as Optuna's
-``PartialFixedSampler`` does) and the deployment knobs left to the wrapped sampler. The stage
-cache then skips its training and fine-tuning.
+``PartialFixedSampler`` does) and the deployment knobs left to the wrapped sampler, minus the
+deployments that model already has. The stage cache then skips its training and fine-tuning.
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,24 +28,54 @@ if TYPE_CHECKING:
     from automl.space import SearchSpace
 
 VARIANT_OF = "variant_of"
+# Draws from the wrapped sampler before a variant takes a random untried value instead.
+_DRAWS = 8
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """The params a variant takes from its parent, and the deployments its model lacks."""
+
+    fixed: dict[str, Any]
+    untried: list[dict[str, Any]] | None  # None: the space's deployments cannot be listed
+
+    def allowed(self, name: str, params: dict[str, Any]) -> list[Any] | None:
+        """Values of knob ``name`` that leave an untried deployment, given ``params`` so far."""
+        if self.untried is None:
+            return None
+        values = []
+        for deployment in self.untried:
+            agrees = all(params[k] == v for k, v in deployment.items() if k in params)
+            if agrees and name in deployment and deployment[name] not in values:
+                values.append(deployment[name])
+        return values
 
 
 class VariantSampler(optuna.samplers.BaseSampler):
     """A sampler whose new trials may redeploy a model on the front.
 
-    The parent is the newest complete trial that is not a variant itself, whose model is on the
+    Variants start once ``startup_trials`` trials are complete: a young front says little, and
+    TPE samples its first (``n_startup_trials``) trials at random anyway. The parent is then the
+    newest complete trial that is not a variant itself, whose model is on the
     front (no complete trial dominates it or one of its variants), and that has fewer than
-    ``trials_per_model - 1`` variants. Enqueued and retried trials keep their own params.
-    Nothing is queued: two workers picking the same parent at once give it one variant more.
+    ``trials_per_model - 1`` variants and a deployment it has not tried. A variant's knobs are
+    drawn from the wrapped sampler's independent sampling, redrawn when the value would repeat a
+    deployment of the model. Enqueued and retried trials keep their own params. Nothing is
+    queued: two workers picking the same parent at once give it one variant more.
     """
 
     def __init__(
-        self, base: optuna.samplers.BaseSampler, space: SearchSpace, trials_per_model: int
+        self,
+        base: optuna.samplers.BaseSampler,
+        space: SearchSpace,
+        trials_per_model: int,
+        startup_trials: int = 10,
     ) -> None:
         self._base = base
+        self._startup = startup_trials
         self._space = space
         self._per_model = trials_per_model
-        self._fixed: dict[int, dict[str, Any]] = {}
+        self._variants: dict[int, _Variant] = {}
 
     def reseed_rng(self) -> None:
         self._base.reseed_rng()
@@ -52,17 +84,20 @@ class VariantSampler(optuna.samplers.BaseSampler):
         self._base.before_trial(study, trial)
         if "fixed_params" in trial.system_attrs or VARIANT_OF in trial.user_attrs:
             return
-        parent = self._parent(study)
-        if parent is not None:
-            self._fixed[trial._trial_id] = self._space.model_params(parent.params)
+        chosen = self._parent(study)
+        if chosen is not None:
+            parent, variant = chosen
+            self._variants[trial._trial_id] = variant
             study._storage.set_trial_user_attr(trial._trial_id, VARIANT_OF, parent.number)
 
     def infer_relative_search_space(
         self, study: optuna.Study, trial: FrozenTrial
     ) -> dict[str, BaseDistribution]:
-        fixed = self._fixed.get(trial._trial_id, {})
-        space = self._base.infer_relative_search_space(study, trial)
-        return {name: d for name, d in space.items() if name not in fixed}
+        # Variants sample independently: each value can then be checked against the untried
+        # deployments, and a stateful sampler (GP) keeps one relative search space.
+        if trial._trial_id in self._variants:
+            return {}
+        return self._base.infer_relative_search_space(study, trial)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -76,10 +111,17 @@ class VariantSampler(optuna.samplers.BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        fixed = self._fixed.get(trial._trial_id, {})
-        if param_name in fixed:
-            return fixed[param_name]
-        return self._base.sample_independent(study, trial, param_name, param_distribution)
+        variant = self._variants.get(trial._trial_id)
+        if variant is None:
+            return self._base.sample_independent(study, trial, param_name, param_distribution)
+        if param_name in variant.fixed:
+            return variant.fixed[param_name]
+        allowed = variant.allowed(param_name, trial.params)
+        for _ in range(_DRAWS):
+            value = self._base.sample_independent(study, trial, param_name, param_distribution)
+            if not allowed or value in allowed:
+                return value
+        return random.Random(trial.number).choice(allowed)
 
     def after_trial(
         self,
@@ -88,13 +130,15 @@ class VariantSampler(optuna.samplers.BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        self._fixed.pop(trial._trial_id, None)
+        self._variants.pop(trial._trial_id, None)
         self._base.after_trial(study, trial, state, values)
 
-    def _parent(self, study: optuna.Study) -> FrozenTrial | None:
+    def _parent(self, study: optuna.Study) -> tuple[FrozenTrial, _Variant] | None:
         trials = study.get_trials(deepcopy=False)
         variants = Counter(t.user_attrs.get(VARIANT_OF) for t in trials)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
+        if len(complete) < self._startup:
+            return None
         signs = [1 if d == StudyDirection.MINIMIZE else -1 for d in study.directions]
         front = _front(complete, signs)
         # Models with a trial on the front, by their parent's number.
@@ -103,8 +147,19 @@ class VariantSampler(optuna.samplers.BaseSampler):
             if VARIANT_OF in trial.user_attrs or variants[trial.number] >= self._per_model - 1:
                 continue
             if trial.number in on_front:
-                return trial
+                variant = self._variant_of(trial, trials)
+                if variant.untried != []:
+                    return trial, variant
         return None
+
+    def _variant_of(self, parent: FrozenTrial, trials: list[FrozenTrial]) -> _Variant:
+        fixed = self._space.model_params(parent.params)
+        deployments = self._space.deployments(fixed)
+        if deployments is None:
+            return _Variant(fixed, None)
+        model = [t for t in trials if parent.number in (t.number, t.user_attrs.get(VARIANT_OF))]
+        tried = [{k: v for k, v in t.params.items() if k not in fixed} for t in model]
+        return _Variant(fixed, [d for d in deployments if d not in tried])
 
 
 def _front(trials: list[FrozenTrial], signs: list[int]) -> set[int]:

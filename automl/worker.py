@@ -96,7 +96,8 @@ def run_study_loop(
     offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
     sampler = make_sampler(spec.sampler, spec.seed + offset)
     if spec.trials_per_model > 1:
-        sampler = VariantSampler(sampler, load_space(spec.search_space), spec.trials_per_model)
+        space = load_space(spec.search_space)
+        sampler = VariantSampler(sampler, space, spec.trials_per_model, spec.variant_startup_trials)
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     objective = StudyObjective(
         spec, artifact_store, settings.data_root, threads, cache=stage_cache(settings)

@@ -81,3 +81,22 @@ def test_unset_knobs_take_defaults_and_unbuildable_spaces_fail_at_load(tmp_path)
     bad = _write(tmp_path, "  arch.kernel_size: {type: fixed, value: 4}\n")
     with pytest.raises(SpecError, match="kernel_size must be odd"):
         load_space(str(bad))
+
+
+def test_deployments_list_every_knob_assignment_with_conditionals():
+    space = load_space("digits-mixed")
+    model = {"arch.family": "mlp", "arch.width": 8, "arch.depth": 1, "pruning_ratio": 0.0}
+    deployments = space.deployments(model)
+    assert len(deployments) == 16  # (fp32, fp16, int8 static, int8 dynamic) x 4 batches
+    assert {"bits": 8, "int8_mode": "dynamic", "batch_size": 128} in deployments
+    assert all(("int8_mode" in d) == (d["bits"] == 8) for d in deployments)
+    assert len({tuple(sorted(d.items())) for d in deployments}) == 16
+
+
+def test_deployments_are_not_listed_for_a_float_knob(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
+        "  batch_size: {type: float, low: 1, high: 8}\n"
+    )
+    assert load_space(str(path)).deployments({}) is None

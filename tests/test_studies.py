@@ -187,7 +187,10 @@ def variant_space(tmp_path):
 
 def test_a_model_on_the_front_gets_variants_that_reuse_its_weights(env, variant_space):
     settings, storage, store = env
-    create_study(_spec(search_space=variant_space, n_trials=5, trials_per_model=3), storage)
+    create_study(
+        _spec(search_space=variant_space, n_trials=5, trials_per_model=3, variant_startup_trials=0),
+        storage,
+    )
     result = run_study_loop("t", storage, artifact_store=store, settings=settings)
     assert result.reason == "done" and result.ran == 5
 
@@ -208,7 +211,10 @@ def test_a_model_on_the_front_gets_variants_that_reuse_its_weights(env, variant_
 
 def test_a_dominated_model_gets_no_variants(env, variant_space):
     settings, storage, store = env
-    study = create_study(_spec(search_space=variant_space, n_trials=3, trials_per_model=2), storage)
+    spec = _spec(
+        search_space=variant_space, n_trials=3, trials_per_model=2, variant_startup_trials=0
+    )
+    study = create_study(spec, storage)
     deployment = {"pruning_ratio": 0.0, "bits": 32, "batch_size": 128}
     study.enqueue_trial({"arch.width": 16, "train.epochs": 3, **deployment})
     # Wider (slower at batch 128) and untrained (less accurate): dominated by the first.

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections import Counter
+
 import optuna
 
 from automl.space import load_space
@@ -10,7 +12,7 @@ MODEL = ("arch.width", "arch.depth", "pruning_ratio")
 
 def _study(trials_per_model: int) -> optuna.Study:
     space = load_space("digits-mlp")
-    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, trials_per_model)
+    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, trials_per_model, 0)
     return optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
 
 
@@ -49,3 +51,65 @@ def test_one_trial_per_model_draws_every_model_anew():
     study = _study(trials_per_model=1)
     study.optimize(_objective, n_trials=4)
     assert all(VARIANT_OF not in t.user_attrs for t in study.trials)
+
+
+def _deployment(trial: optuna.trial.FrozenTrial) -> tuple:
+    return tuple(sorted((k, v) for k, v in trial.params.items() if k not in MODEL))
+
+
+def test_variants_never_repeat_a_deployment_of_their_model():
+    study = _study(trials_per_model=8)
+    study.optimize(_objective, n_trials=24)
+    by_model: dict[int, list[tuple]] = {}
+    for trial in study.trials:
+        by_model.setdefault(trial.user_attrs.get(VARIANT_OF, trial.number), []).append(
+            _deployment(trial)
+        )
+    assert max(len(d) for d in by_model.values()) == 8
+    assert all(len(set(d)) == len(d) for d in by_model.values())
+
+
+def test_a_model_with_every_deployment_tried_gets_no_more_variants(tmp_path):
+    path = tmp_path / "small.yaml"
+    path.write_text(
+        "name: small\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
+        "  arch.width: {type: categorical, choices: [16, 32, 48]}\n"
+        "  batch_size: {type: categorical, choices: [1, 8]}\n"
+    )
+    space = load_space(str(path))
+    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 4, 0)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+
+    def objective(trial):
+        candidate = space.suggest(trial)
+        return candidate.arch.width / 1000, float(candidate.arch.width)
+
+    study.optimize(objective, n_trials=6)
+    models = Counter(t.user_attrs.get(VARIANT_OF, t.number) for t in study.trials)
+    assert max(models.values()) == 2  # two batch sizes: the parent and one variant
+
+
+def test_variants_work_with_the_stateful_gp_sampler_and_constraints():
+    """GPSampler caches per search space; variants must not make its trials fail."""
+    space = load_space("digits-mlp")
+    sampler = VariantSampler(optuna.samplers.GPSampler(seed=0), space, 3, 0)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+
+    def objective(trial):
+        candidate = space.suggest(trial)
+        trial.set_constraint("0", candidate.batch_size - 64.0)
+        return candidate.arch.width / 1000 - candidate.arch.depth / 100, float(candidate.bits)
+
+    study.optimize(objective, n_trials=18)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    assert any(VARIANT_OF in t.user_attrs for t in study.trials[10:])
+
+
+def test_variants_start_after_the_startup_trials():
+    space = load_space("digits-mlp")
+    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 3, startup_trials=4)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    study.optimize(_objective, n_trials=7)
+    parents = [t.user_attrs.get(VARIANT_OF) for t in study.trials]
+    assert parents[:4] == [None] * 4
+    assert parents[4] is not None
