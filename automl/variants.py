@@ -56,12 +56,12 @@ class VariantSampler(optuna.samplers.BaseSampler):
 
     Variants start once ``startup_trials`` trials are complete: a young front says little, and
     TPE samples its first (``n_startup_trials``) trials at random anyway. The parent is then the
-    newest complete trial that is not a variant itself, whose model is on the
-    front (no complete trial dominates it or one of its variants), and that has fewer than
-    ``trials_per_model - 1`` variants and a deployment it has not tried. A variant's knobs are
-    drawn from the wrapped sampler's independent sampling, redrawn when the value would repeat a
-    deployment of the model. Enqueued and retried trials keep their own params. Nothing is
-    queued: two workers picking the same parent at once give it one variant more.
+    newest complete trial that is not a variant itself, whose model is on the front (no complete
+    trial dominates it or one of its variants), and that has fewer than ``trials_per_model - 1``
+    variants and a deployment it has not tried. A variant's knobs are drawn from the wrapped
+    sampler's independent sampling, redrawn when the value would repeat a deployment of the
+    model. Enqueued and retried trials keep their own params. Nothing is queued: two workers
+    picking the same parent at once give it one variant more.
     """
 
     def __init__(
