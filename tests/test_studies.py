@@ -163,7 +163,8 @@ def test_a_trial_started_past_the_budget_is_pruned_without_running(env):
     study.ask()  # another worker's RUNNING trial holds the only slot
     study.optimize(StudyObjective(spec, store), n_trials=1)
     pruned = study.trials[-1]
-    assert pruned.state.name == "PRUNED" and "candidate" not in pruned.user_attrs
+    assert pruned.state.name == "PRUNED" and pruned.user_attrs["over_budget"]
+    assert "candidate" not in pruned.user_attrs
 
 
 VARIANT_SPACE = """name: variants

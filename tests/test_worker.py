@@ -93,9 +93,13 @@ def test_three_workers_reach_exactly_n_complete(fleet):
     workers = [worker("--target", "cpu", "--studies", "shared") for _ in range(3)]
     outputs = [w.communicate(timeout=600)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0, 0], outputs
-    assert _states(study) == {"COMPLETE": 6}
+    states = _states(study)
+    assert states["COMPLETE"] == 6 and set(states) <= {"COMPLETE", "PRUNED"}
+    # Two workers may pass the free-slot check at once: the later trial is pruned unrun.
+    for trial in study.get_trials(states=(optuna.trial.TrialState.PRUNED,)):
+        assert trial.user_attrs["over_budget"] and "candidate" not in trial.user_attrs
     numbers = [t.number for t in study.get_trials()]
-    assert len(set(numbers)) == len(numbers) == 6
+    assert len(set(numbers)) == len(numbers)
     assert sum("trial" in out and "shared" in out for out in outputs) >= 2
     assert len({t.user_attrs["worker"] for t in study.get_trials()}) >= 2
 
