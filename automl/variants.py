@@ -69,7 +69,7 @@ class VariantSampler(optuna.samplers.BaseSampler):
         base: optuna.samplers.BaseSampler,
         space: SearchSpace,
         trials_per_model: int,
-        startup_trials: int = 10,
+        startup_trials: int,
     ) -> None:
         self._base = base
         self._startup = startup_trials
