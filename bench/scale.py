@@ -8,9 +8,12 @@ small MLPs, first one worker then two, and prints trials/min and the ratio.
 (b) starts N processes that each run trials of a sleep-only objective through Optuna's RDB
 storage with heartbeats, the way workers do, and prints the storage overhead per trial
 (trial wall time minus the sleep: ask, tell, heartbeats, stale-trial checks) and errors, for
-each sleep length. It also prints the machine's CPU time per trial (clients and PostgreSQL,
-from /proc/stat): when workers / (sleep + overhead) trials per second need more CPU than
-the cores have, the overhead measured is queueing for this machine's CPU, not the storage.
+each sleep length. Members start their first trial at a random point within one trial
+length, as a fleet in steady state does (``--no-stagger``: all at once, the thundering herd of
+a fleet started in the same second). It also prints the machine's CPU time per trial (clients
+and PostgreSQL, from /proc/stat): when workers / (sleep + overhead) trials per second need
+more CPU than the cores have, the overhead measured is queueing for this machine's CPU, not
+the storage.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -107,7 +111,7 @@ def _busy_jiffies() -> int:
     return sum(fields) - fields[3] - fields[4]  # all but idle and iowait
 
 
-def _fleet_member(url, name, trials, sleep_s, heartbeat_s, queue, ready) -> None:
+def _fleet_member(url, name, trials, sleep_s, heartbeat_s, stagger, queue, ready) -> None:
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     overheads, cpu, errors = [], [], 0
@@ -122,7 +126,9 @@ def _fleet_member(url, name, trials, sleep_s, heartbeat_s, queue, ready) -> None
         ready.wait()
         queue.put(([], [], trials))
         return
-    ready.wait()  # every member is set up: the trials start together
+    ready.wait()  # every member is set up
+    if stagger:  # desynchronised, as trials of different lengths leave a running fleet
+        time.sleep(random.Random(os.getpid()).uniform(0, sleep_s))
     for _ in range(trials):
         start, start_cpu = time.perf_counter(), time.process_time()
         try:
@@ -135,13 +141,15 @@ def _fleet_member(url, name, trials, sleep_s, heartbeat_s, queue, ready) -> None
     queue.put((overheads, cpu, errors))
 
 
-def _fleet(url: str, workers: int, trials_each: int, sleep_s: float, heartbeat_s: int) -> dict:
+def _fleet(
+    url: str, workers: int, trials_each: int, sleep_s: float, args: argparse.Namespace
+) -> dict:
     name = f"fleet-{workers}"
     optuna.create_study(study_name=name, storage=url)
     context = multiprocessing.get_context("spawn")
     queue, ready = context.Queue(), context.Barrier(workers + 1)
-    args = (url, name, trials_each, sleep_s, heartbeat_s, queue, ready)
-    processes = [context.Process(target=_fleet_member, args=args) for _ in range(workers)]
+    member = (url, name, trials_each, sleep_s, args.heartbeat, args.stagger, queue, ready)
+    processes = [context.Process(target=_fleet_member, args=member) for _ in range(workers)]
     for process in processes:
         process.start()
     ready.wait()  # start-up (imports, connections) is not part of the measurement
@@ -170,6 +178,10 @@ def main() -> None:
     parser.add_argument("--trials-each", type=int, default=10)
     parser.add_argument("--sleep", type=float, nargs="+", default=[0.2, 2.0])
     parser.add_argument("--heartbeat", type=int, default=1, help="heartbeat interval, s")
+    parser.add_argument(
+        "--stagger", action=argparse.BooleanOptionalAction, default=True,
+        help="start members within one trial length of each other (default) or all at once",
+    )  # fmt: skip
     parser.add_argument("--parts", nargs="+", choices=["a", "b"], default=["a", "b"])
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -190,12 +202,13 @@ def _part_a(trials: int) -> None:
 
 def _part_b(args: argparse.Namespace) -> None:
     cores = os.cpu_count()
+    start = "staggered start" if args.stagger else "all starting at once"
     for sleep_s in args.sleep:
         for workers in args.fleet:
             with Schema() as url:
-                r = _fleet(url, workers, args.trials_each, sleep_s, args.heartbeat)
+                r = _fleet(url, workers, args.trials_each, sleep_s, args)
             print(
-                f"(b) {workers:>2} workers x {args.trials_each} trials of {sleep_s:g} s sleep: "
+                f"(b) {workers:>2} workers x {args.trials_each} trials of {sleep_s:g} s sleep, {start}: "
                 f"storage overhead per trial median {r['median_ms']:.1f} ms, p99 "
                 f"{r['p99_ms']:.1f} ms, errors {r['errors']}; {r['trials_per_s']:.1f} trials/s, "
                 f"CPU per trial {r['client_cpu_ms']:.1f} ms in the client, "
