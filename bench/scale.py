@@ -141,14 +141,12 @@ def _fleet_member(url, name, trials, sleep_s, heartbeat_s, stagger, queue, ready
     queue.put((overheads, cpu, errors))
 
 
-def _fleet(
-    url: str, workers: int, trials_each: int, sleep_s: float, args: argparse.Namespace
-) -> dict:
+def _fleet(url: str, workers: int, sleep_s: float, args: argparse.Namespace) -> dict:
     name = f"fleet-{workers}"
     optuna.create_study(study_name=name, storage=url)
     context = multiprocessing.get_context("spawn")
     queue, ready = context.Queue(), context.Barrier(workers + 1)
-    member = (url, name, trials_each, sleep_s, args.heartbeat, args.stagger, queue, ready)
+    member = (url, name, args.trials_each, sleep_s, args.heartbeat, args.stagger, queue, ready)
     processes = [context.Process(target=_fleet_member, args=member) for _ in range(workers)]
     for process in processes:
         process.start()
@@ -206,7 +204,7 @@ def _part_b(args: argparse.Namespace) -> None:
     for sleep_s in args.sleep:
         for workers in args.fleet:
             with Schema() as url:
-                r = _fleet(url, workers, args.trials_each, sleep_s, args)
+                r = _fleet(url, workers, sleep_s, args)
             print(
                 f"(b) {workers:>2} workers x {args.trials_each} trials of {sleep_s:g} s sleep, {start}: "
                 f"storage overhead per trial median {r['median_ms']:.1f} ms, p99 "
