@@ -55,8 +55,10 @@ class StudyObjective:
     data_root: Path | None = None
     threads: int = 1
     cache: StageCache | None = None
+    trial_id: int | None = None  # the trial this objective last started
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
+        self.trial_id = trial._trial_id
         if self._over_budget(trial):
             # Workers check for a free slot before asking; two can pass that check at once.
             trial.set_user_attr(OVER_BUDGET, True)

@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
-from sqlalchemy.exc import SQLAlchemyError
 
 from automl.errors import AutomlError
 from automl.queries import target_present
 from automl.spec import parse_spec
 from automl.studies import SPEC_ATTR, STOP_ATTR, count_states, fail_cap
-from automl.worker import reap_stale_trials, run_study_loop
+from automl.worker import reap_stale_trials, run_study_loop, storage_unreachable
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
@@ -119,7 +118,9 @@ def work(
                 continue
             if exit_when_idle:
                 break
-        except (AutomlError, SQLAlchemyError) as e:
+        except Exception as e:
+            if not isinstance(e, AutomlError) and not storage_unreachable(e):
+                raise
             logger.warning("worker: %s; retrying in %.0f s", e, poll_s)
         _sleep(poll_s, stop)
     return ran
@@ -169,8 +170,8 @@ class Reaper:
         while not self._stopped.wait(self._interval_s):
             try:
                 reaped = reap_all(self._storage)
-            except SQLAlchemyError as e:
-                logger.warning("reaper: %s", e)
+            except Exception:  # a storage outage, or worse: the next pass tries again
+                logger.exception("reaper: pass failed")
                 continue
             if reaped:
                 logger.warning("reaper: failed %d stale trial(s) of dead workers", reaped)

@@ -2,25 +2,44 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import optuna
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from automl.errors import SpecError
 
 if TYPE_CHECKING:
-    import optuna
     from optuna.artifacts import FileSystemArtifactStore
     from sqlalchemy.engine import Engine
 
     from automl.settings import Settings
 
+logger = logging.getLogger("automl.storage")
 
-def open_storage(url: str, settings: Settings) -> optuna.storages.RDBStorage:
+
+class HeartbeatRDBStorage(optuna.storages.RDBStorage):
+    """An RDB storage whose heartbeats outlive a storage outage.
+
+    Optuna's heartbeat thread ends at the first heartbeat that cannot be written. The trial
+    would then run on unseen, and another worker would fail it as stale while it still runs.
+    Here a lost heartbeat is logged and the next one is tried at the next interval.
+    """
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        """Record that trial ``trial_id`` is alive; an unreachable storage only logs."""
+        try:
+            super().record_heartbeat(trial_id)
+        except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:
+            logger.warning("heartbeat of trial id %d not recorded: %s", trial_id, e)
+
+
+def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:
     """Open an Optuna RDB storage for any SQLAlchemy URL.
 
     SQLite files get their folder created and a lock timeout suited to several local processes;
@@ -35,8 +54,6 @@ def open_storage(url: str, settings: Settings) -> optuna.storages.RDBStorage:
     Raises:
         SpecError: The URL is malformed.
     """
-    import optuna
-
     try:
         parsed = make_url(url)
     except ArgumentError as e:
@@ -55,7 +72,7 @@ def open_storage(url: str, settings: Settings) -> optuna.storages.RDBStorage:
         }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = optuna.storages.RDBStorage(
+        storage = HeartbeatRDBStorage(
             url,
             engine_kwargs=engine_kwargs,
             heartbeat_interval=settings.heartbeat_interval_s,

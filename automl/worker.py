@@ -95,6 +95,7 @@ def run_study_loop(
     # A resumed study must not replay the draws of its first run: shift the seed by history.
     offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
     sampler = make_sampler(spec.sampler, spec.seed + offset)
+    logger.info("study %s: sampler %s, seed %d", name, spec.sampler, spec.seed + offset)
     if spec.trials_per_model > 1:
         space = load_space(spec.search_space)
         sampler = VariantSampler(sampler, space, spec.trials_per_model, spec.variant_startup_trials)
@@ -113,8 +114,12 @@ def run_study_loop(
             if reason:
                 return LoopResult(ran=ran, reason=reason)
             logger.info("study %s: starting a trial on %s", name, spec.target)
+            objective.trial_id = None
             study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
         except Exception as e:
+            if _reaped_while_running(storage, objective.trial_id, e):
+                ran += 1
+                continue
             if not storage_unreachable(e):
                 raise
             # The trial being told (if any) stays RUNNING; the reaper fails and retries it.
@@ -141,6 +146,29 @@ def storage_unreachable(error: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _reaped_while_running(storage: BaseStorage, trial_id: int | None, error: Exception) -> bool:
+    """Whether ``error`` came from telling a trial that another process already failed.
+
+    That happens when the trial's heartbeats stopped reaching the storage for longer than the
+    grace period: a reaper failed it (and queued its retry) while it still ran here.
+    """
+    if trial_id is None or not isinstance(
+        error, (ValueError, optuna.exceptions.UpdateFinishedTrialError)
+    ):
+        return False
+    try:
+        trial = storage.get_trial(trial_id)
+    except (optuna.exceptions.StorageInternalError, SQLAlchemyError):  # still unreachable
+        return False
+    if trial.state != optuna.trial.TrialState.FAIL:
+        return False
+    logger.warning(
+        "trial %d was failed by a reaper while it ran here (its heartbeat had lapsed); "
+        "its result is dropped and its retry runs instead", trial.number,
+    )  # fmt: skip
+    return True
 
 
 def _stop_reason(study, spec, stop, deadline, ran, max_trials) -> str | None:

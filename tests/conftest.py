@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -134,3 +137,49 @@ def exported_models(trained_models, digits, tmp_path_factory) -> dict[str, Path]
         name: export_onnx(model, digits.x_test[:64], folder / f"{name}.onnx").path
         for name, model in trained_models.items()
     }
+
+
+class PgProxy:
+    """A TCP proxy to PostgreSQL that can drop every connection and refuse new ones for a while."""
+
+    def __init__(self, port: int = 5432) -> None:
+        self.target = ("127.0.0.1", port)
+        self.connections: list[socket.socket] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed by outage()
+            upstream = socket.create_connection(self.target)
+            self.connections += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def outage(self, seconds: float) -> None:
+        """Refuse and drop every connection for ``seconds``, as a database restart does."""
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread; close alone won't
+        self.server.close()
+        for connection in self.connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        time.sleep(seconds)
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()

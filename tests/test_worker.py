@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import optuna
 import pytest
-from conftest import pg_schema
+from conftest import PgProxy, pg_schema
 
 from automl.settings import Settings
 from automl.spec import parse_spec
@@ -122,6 +119,23 @@ def test_sigkilled_worker_trial_is_failed_and_retried(fleet):
     assert retries[0].state.name == "COMPLETE"
 
 
+def test_a_trial_reaped_while_it_runs_is_dropped_and_the_worker_goes_on(fleet):
+    make_study, worker = fleet
+    study = make_study("reaped", n_trials=2, epochs=15)
+    process = worker("--target", "cpu", "--studies", "reaped")
+    trial = _running_on(study, process.pid)
+    # What a reaper does to a trial whose heartbeats stopped reaching the storage.
+    study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+    retry(study, study._storage.get_trial(trial._trial_id))
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, output
+    assert "failed by a reaper while it ran here" in output
+    assert _states(study) == {"COMPLETE": 2, "FAIL": 1}
+    (retried,) = [t for t in study.trials if t.system_attrs.get("failed_trial") == trial.number]
+    assert retried.state.name == "COMPLETE" and retried.params == trial.params
+
+
 def test_sigterm_finishes_the_running_trial_and_exits_zero(fleet):
     make_study, worker = fleet
     study = make_study("term", n_trials=5, epochs=10)
@@ -160,54 +174,10 @@ def test_reaper_fails_stale_trials_without_live_workers(fleet):
     assert states == {"FAIL": 1, "WAITING": 1}
 
 
-class _Proxy:
-    """A TCP proxy to PostgreSQL that can drop every connection and refuse new ones for a while."""
-
-    def __init__(self, port: int = 5432) -> None:
-        self.target = ("127.0.0.1", port)
-        self.connections: list[socket.socket] = []
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
-
-    def _accept(self, server: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                return  # closed by outage()
-            upstream = socket.create_connection(self.target)
-            self.connections += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def outage(self, seconds: float) -> None:
-        """Refuse and drop every connection for ``seconds``, as a database restart does."""
-        self.server.close()
-        for connection in self.connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-        time.sleep(seconds)
-        self.server = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
-
-
 def test_worker_survives_a_database_outage(fleet):
     make_study, worker = fleet
     study = make_study("outage", n_trials=4, epochs=40)
-    proxy = _Proxy()
+    proxy = PgProxy()
     url = study._storage._backend.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
     process = worker("--target", "cpu", "--studies", "outage", "--storage", url)
     _running_on(study, process.pid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from optuna.exceptions import StorageInternalError
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import StorageDep
@@ -19,7 +20,7 @@ def healthz(storage: StorageDep) -> HealthOut:
         storage.get_study_id_from_name("~healthz")  # found or not, the storage answered
     except KeyError:
         pass
-    except (SQLAlchemyError, OSError) as e:
+    except (StorageInternalError, SQLAlchemyError, OSError) as e:
         raise ApiError(
             503, "storage_unavailable", f"storage unavailable: {type(e).__name__}"
         ) from e

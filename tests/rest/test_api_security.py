@@ -2,16 +2,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import httpx
 import pytest
+from conftest import PgProxy, pg_schema
 from optuna.storages import InMemoryStorage
-from sqlalchemy.exc import OperationalError
 
 from api import create_app
 from api.security import DEV_TOKEN
 from automl.errors import SpecError
 from automl.serve import serve
+from automl.storage import open_storage
 
 pytest_plugins = ["api_fixtures"]
 
@@ -77,22 +80,35 @@ class _BrokenStorage(InMemoryStorage):
     def get_all_studies(self):
         raise RuntimeError("secret internals")
 
-    def get_study_id_from_name(self, study_name):
-        raise OperationalError("SELECT", {}, Exception("db down"))
 
-
-def test_500_and_503_are_json_without_internals(api_settings, run_api, api_token):
+def test_500_is_json_without_internals(api_settings, run_api, api_token):
     app = create_app(api_settings("sqlite://"), storage=_BrokenStorage())
     with run_api(app) as url:
         crashed = httpx.get(f"{url}/v1/studies", headers={"Authorization": f"Bearer {api_token}"})
-        unhealthy = httpx.get(f"{url}/healthz")
     assert crashed.status_code == 500
     assert crashed.json() == {
         "code": "internal_error",
         "message": "internal server error; see the server log",
     }
-    assert (unhealthy.status_code, unhealthy.json()["code"]) == (503, "storage_unavailable")
-    assert "db down" not in unhealthy.text
+
+
+def test_healthz_is_503_while_postgresql_is_down(api_settings, run_api):
+    with pg_schema() as direct_url:
+        proxy = PgProxy()
+        url = direct_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+        settings = api_settings(url)
+        app = create_app(settings, storage=open_storage(url, settings))
+        with run_api(app) as base:
+            healthy = httpx.get(f"{base}/healthz")
+            outage = threading.Thread(target=proxy.outage, args=(3,))
+            outage.start()
+            time.sleep(0.5)
+            down = httpx.get(f"{base}/healthz", timeout=30)
+            outage.join()
+            back = httpx.get(f"{base}/healthz", timeout=30)
+    assert healthy.status_code == back.status_code == 200
+    assert (down.status_code, down.json().get("code")) == (503, "storage_unavailable"), down.text
+    assert "refused" not in down.text and str(proxy.port) not in down.text
 
 
 def test_tokens_come_from_a_file(api_settings, run_api, tmp_path):

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import optuna
 import pytest
+from conftest import PgProxy, pg_schema
 
 from automl.queries import cached
-from automl.queue import runnable_studies, work
+from automl.queue import Reaper, runnable_studies, work
 from automl.spec import parse_spec
 from automl.storage import open_artifact_store, open_storage
 from automl.studies import create_study, request_stop
@@ -54,3 +56,29 @@ def test_work_returns_when_stopped(storage, api_settings, tmp_path):
     stop.requested = True
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_worker_loop_and_reaper_ride_out_a_storage_outage(api_settings, tmp_path):
+    with pg_schema() as direct_url:
+        proxy = PgProxy()
+        url = direct_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+        settings = api_settings(url, heartbeat_interval_s=1, grace_period_s=2)
+        storage = cached(open_storage(url, settings))
+        stop = GracefulStop()
+        kwargs = {"artifact_store": open_artifact_store(settings), "settings": settings}
+        worker = threading.Thread(target=work, args=(storage,), kwargs={**kwargs, "stop": stop})
+        worker.start()  # polls an empty queue
+        reaper = Reaper(storage, interval_s=0.2).start()
+        proxy.outage(2.5)
+        assert worker.is_alive()
+        study = _create(storage, "stale", n_trials=2, target="a100")  # no worker here runs it
+        trial = study.ask()
+        storage.record_heartbeat(trial._trial_id)  # then its worker dies
+        deadline = time.monotonic() + 30
+        while study.trials[0].state.name == "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stop.requested = True
+        worker.join(10)
+        reaper.stop()
+        assert study.trials[0].state.name == "FAIL"  # the reaper thread outlived the outage
+        assert not worker.is_alive()
