@@ -8,8 +8,11 @@ stays queued for a worker on the right hardware (``automl worker --target …``)
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -110,7 +113,7 @@ def work(
             if names:
                 result = run_study_loop(
                     names[0], storage, artifact_store=artifact_store, settings=settings,
-                    stop=stop, poll_s=min(poll_s, 1.0),
+                    stop=stop, poll_s=min(poll_s, 1.0), sampler_offset=_worker_offset(),
                     max_trials=None if max_trials is None else max_trials - ran,
                 )  # fmt: skip
                 ran += result.ran
@@ -124,6 +127,11 @@ def work(
             logger.warning("worker: %s; retrying in %.0f s", e, poll_s)
         _sleep(poll_s, stop)
     return ran
+
+
+def _worker_offset() -> int:
+    """A sampler seed offset of this process: workers started together must not draw alike."""
+    return zlib.crc32(f"{socket.gethostname()}:{os.getpid()}".encode()) % 1_000_003
 
 
 def reap_all(storage: BaseStorage) -> int:

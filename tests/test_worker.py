@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,6 +100,9 @@ def test_three_workers_reach_exactly_n_complete(fleet):
     assert len(set(numbers)) == len(numbers)
     assert sum("trial" in out and "shared" in out for out in outputs) >= 2
     assert len({t.user_attrs["worker"] for t in study.get_trials()}) >= 2
+    # Workers started together on an empty study must not share a sampler seed.
+    seeds = [re.search(r"study shared: sampler default, seed (\d+)", out) for out in outputs]
+    assert all(seeds) and len({s.group(1) for s in seeds}) == 3, outputs
 
 
 def test_sigkilled_worker_trial_is_failed_and_retried(fleet):
