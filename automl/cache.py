@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
+
+logger = logging.getLogger("automl.cache")
+_TMP = ".tmp-"
+_ORPHAN_AGE_S = 3600  # a temporary file this old belongs to no running writer
 
 
 def content_key(*parts: object) -> str:
@@ -44,25 +50,39 @@ class StageCache:
             return None
         return path
 
-    def put(self, kind: str, key: str, suffix: str, source: Path) -> Path:
-        """Copy ``source`` in atomically, then evict old entries past the size bound."""
+    def put(self, kind: str, key: str, suffix: str, source: Path) -> Path | None:
+        """Copy ``source`` in atomically, then evict old entries past the size bound.
+
+        Returns:
+            The entry's path, or None when it could not be written (a full disk, say): that
+            is logged, and costs a later trial the reuse, not this trial its result.
+        """
         final = self.path(kind, key, suffix)
-        handle, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
-        os.close(handle)
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, final)
+        tmp = None
+        try:
+            handle, tmp = tempfile.mkstemp(dir=self.root, prefix=_TMP)
+            os.close(handle)
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, final)
+        except OSError as e:
+            logger.warning("stage cache: %s not stored: %s", final.name, e)
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            return None
         self._evict()
         return final
 
     def _evict(self) -> None:
         entries = []
         for path in self.root.iterdir():
-            if path.name.startswith(".tmp-"):
-                continue
             try:
                 stat = path.stat()
             except FileNotFoundError:
                 continue  # evicted by another worker meanwhile
+            if path.name.startswith(_TMP):
+                if time.time() - stat.st_mtime > _ORPHAN_AGE_S:  # its writer was killed
+                    path.unlink(missing_ok=True)
+                continue
             entries.append((stat.st_mtime, stat.st_size, path))
         total = sum(size for _, size, _ in entries)
         for _, size, path in sorted(entries):

@@ -199,9 +199,12 @@ class _Stages:
         meta_path = self.cache.get("quantize", self.quant_key, ".json")
         if onnx_path is None or meta_path is None:
             return None
-        meta = json.loads(meta_path.read_text())
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        out = shutil.copyfile(onnx_path, self.workdir / "model.onnx")
+        try:
+            meta = json.loads(meta_path.read_text())
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            out = shutil.copyfile(onnx_path, self.workdir / "model.onnx")
+        except (OSError, ValueError):
+            return None  # evicted meanwhile or unreadable: recompute
         self.reused["quantize"] = True
         return QuantizedModel(path=out, **meta["quantized"]), meta["onnx_max_abs_diff"]
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import pytest
 
@@ -46,6 +48,34 @@ def test_concurrent_writers_leave_whole_entries(tmp_path):
     content = cache.get("q", "same", ".onnx").read_bytes()
     assert len(content) == 200_000 and len(set(content)) == 1
     assert [p.name for p in (tmp_path / "c").iterdir()] == ["q-same.onnx"]
+
+
+def test_a_failed_write_is_logged_and_leaves_nothing_behind(tmp_path, caplog):
+    cache = StageCache(tmp_path / "c", max_bytes=10**9)
+    orphan = tmp_path / "c" / ".tmp-killed-writer"
+    orphan.write_bytes(bytes(10))
+    os.utime(orphan, (time.time() - 7200, time.time() - 7200))
+    assert cache.put("train", "k", ".pt", tmp_path / "missing") is None
+    assert "train-k.pt not stored" in caplog.text
+    assert list((tmp_path / "c").iterdir()) == [orphan]
+    fresh = tmp_path / "c" / ".tmp-running-writer"
+    fresh.write_bytes(bytes(10))
+    source = tmp_path / "s"
+    source.write_bytes(bytes(10))
+    cache.put("train", "k", ".pt", source)
+    # An hour-old temporary file had a killed writer; a fresh one may still be written.
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [fresh.name, "train-k.pt"]
+
+
+def test_an_unreadable_quantize_entry_is_recomputed(digits, tmp_path):
+    cache = StageCache(tmp_path / "cache", max_bytes=10**9)
+    candidate = Candidate(ArchConfig("mlp", 16, 1), pruning_ratio=0.0, bits=8, batch_size=8)
+    first = run_trial(candidate, load_target("cpu"), digits, tmp_path / "a", cache=cache)
+    (meta,) = (tmp_path / "cache").glob("quantize-*.json")
+    meta.write_text('{"quantized": ')  # e.g. cut short on a full disk
+    again = run_trial(candidate, load_target("cpu"), digits, tmp_path / "b", cache=cache)
+    assert again.reused == {"train": True, "prune": True, "quantize": False}
+    assert again.metrics["accuracy"] == first.metrics["accuracy"]
 
 
 @pytest.mark.parametrize("bits", [32, 8])
