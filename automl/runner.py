@@ -54,6 +54,8 @@ def run_local(
             stop=stop, on_trial_end=refresh,
         )  # fmt: skip
         for process in helpers:
+            if stop.requested:  # `kill` reaches this process only: pass it on
+                process.terminate()
             process.join()
         refresh(load(name, storage)[0])
     console.print(f"Study {name} ended: {result.reason}.")

@@ -173,6 +173,23 @@ def test_two_jobs_on_sqlite_complete_exactly_n(cli):
     assert np.unique([str(t.params) for t in trials]).size > 1
 
 
+def test_sigterm_stops_study_start_and_its_jobs_after_their_trials(cli, tmp_path):
+    args = [*AUTOML, "study", "start", "--space", "digits-mlp", "--n-trials", "40", "--jobs", "2"]
+    process = subprocess.Popen(
+        [*args, "--name", "t"], cwd=tmp_path, env=cli.env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while _count_complete(cli.storage) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)  # as `kill`, systemd or docker stop send it: to one pid
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode == 0, stderr
+    trials = optuna.load_study(study_name="t", storage=cli.storage).trials
+    assert not [t for t in trials if t.state.name in ("RUNNING", "FAIL")]
+    assert sum(t.state.name == "COMPLETE" for t in trials) < 20
+
+
 def test_one_spec_on_two_targets_and_compare(cli):
     out = cli(
         "study",
