@@ -38,6 +38,7 @@ FAIL_REASON = "fail_reason"
 OVER_BUDGET = "over_budget"  # a trial that lost the race for the last slot: PRUNED, never run
 _TAKEN = (TrialState.COMPLETE, TrialState.RUNNING)
 ARTIFACT_ID = "artifact_id"
+WORKER = "worker"  # host:pid, the first attr a trial gets once it has begun
 
 
 @lru_cache(maxsize=4)
@@ -95,7 +96,7 @@ class StudyObjective:
 
         space, target = self._space_and_target
         worker = f"{socket.gethostname()}:{os.getpid()}"
-        trial.set_user_attr("worker", worker)
+        trial.set_user_attr(WORKER, worker)
         logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker)
         candidate = space.suggest(trial)
         trial.set_user_attr("candidate", candidate.as_dict())

@@ -135,13 +135,15 @@ def _worker_offset() -> int:
 
 
 def reap_all(storage: BaseStorage) -> int:
-    """Fail the stale RUNNING trials of every study (retrying them per the storage's callback).
+    """Fail the stale RUNNING trials of every automl study (retried per the storage's callback).
 
     Returns:
         How many trials were failed.
     """
     failed = 0
     for study in storage.get_all_studies():
+        if SPEC_ATTR not in study.user_attrs:
+            continue  # not an automl study: its trials are someone else's
         trials = storage.get_all_trials(
             study._study_id, deepcopy=False, states=(TrialState.RUNNING,)
         )

@@ -9,6 +9,7 @@ deployments that model already has. The stage cache then skips its training and 
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from automl.space import SearchSpace
 
+logger = logging.getLogger("automl.variants")
 VARIANT_OF = "variant_of"
 # Draws from the wrapped sampler before a variant takes a random untried value instead.
 _DRAWS = 8
@@ -82,9 +84,14 @@ class VariantSampler(optuna.samplers.BaseSampler):
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self._base.before_trial(study, trial)
-        if "fixed_params" in trial.system_attrs or VARIANT_OF in trial.user_attrs:
+        # Enqueued trials and retries (which carry their params) keep what they have.
+        if "fixed_params" in trial.system_attrs or trial.params or VARIANT_OF in trial.user_attrs:
             return
-        chosen = self._parent(study)
+        try:
+            chosen = self._parent(study)
+        except Exception:  # a variant saves training; failing to find one must not stop a trial
+            logger.exception("trial %d: no variant chosen", trial.number)
+            return
         if chosen is not None:
             parent, variant = chosen
             self._variants[trial._trial_id] = variant

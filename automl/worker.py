@@ -11,13 +11,14 @@ import signal
 import time
 import warnings
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from automl.cache import StageCache
-from automl.objective import StudyObjective
+from automl.objective import FAIL_REASON, WORKER, StudyObjective
 from automl.samplers import make_sampler
 from automl.space import load_space
 from automl.studies import STOP_ATTR, count_states, fail_cap, load
@@ -202,7 +203,31 @@ def stage_cache(settings: Settings) -> StageCache | None:
 
 
 def reap_stale_trials(study: optuna.Study) -> None:
-    """Fail RUNNING trials whose heartbeat is stale (a no-op without heartbeats)."""
+    """Fail RUNNING trials whose heartbeat is stale, and ones that never began.
+
+    A no-op without heartbeats. Stale trials are retried per the storage's callback.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+    _fail_unbegun_trials(study)
+
+
+def _fail_unbegun_trials(study: optuna.Study) -> None:
+    """Fail RUNNING trials older than the grace period that never reached the objective.
+
+    Their worker died (or its sampler raised) between Optuna's ``ask`` and the trial's first
+    heartbeat, so Optuna's own reaper never sees them, and they would hold a slot for good.
+    """
+    backend = getattr(study._storage, "_backend", study._storage)  # under Optuna's trial cache
+    interval = getattr(backend, "heartbeat_interval", None)
+    if interval is None:
+        return
+    cutoff = datetime.now() - timedelta(seconds=backend.grace_period or 2 * interval)
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if WORKER in trial.user_attrs or trial.datetime_start > cutoff:
+            continue
+        reason = "never began: its worker died before the objective ran (no heartbeat)"
+        study._storage.set_trial_user_attr(trial._trial_id, FAIL_REASON, reason)
+        study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+        logger.warning("study %s: trial %d %s", study.study_name, trial.number, reason)

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import optuna
 
-from automl.space import load_space
+from automl.space import SEARCH_SPACES_DIR, load_space
 from automl.variants import VARIANT_OF, VariantSampler
 
 MODEL = ("arch.width", "arch.depth", "pruning_ratio")
@@ -113,3 +114,33 @@ def test_variants_start_after_the_startup_trials():
     parents = [t.user_attrs.get(VARIANT_OF) for t in study.trials]
     assert parents[:4] == [None] * 4
     assert parents[4] is not None
+
+
+def test_a_retried_trial_keeps_its_params_and_is_no_variant():
+    study = _study(trials_per_model=3)
+    study.optimize(_objective, n_trials=1)
+    retry = {"arch.width": 128, "arch.depth": 1, "pruning_ratio": 0.0, "bits": 32}
+    retry_params = {k: v for k, v in study.trials[0].params.items() if k not in retry} | retry
+    study.add_trial(  # as RetryHeartbeatStaleTrialCallback queues it: params, no fixed_params
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.WAITING,
+            params=retry_params,
+            distributions=study.trials[0].distributions,
+        )
+    )
+    study.optimize(_objective, n_trials=1)
+    assert study.trials[1].params == retry_params
+    assert VARIANT_OF not in study.trials[1].user_attrs
+
+
+def test_a_study_resumed_on_an_edited_space_runs_new_models(tmp_path):
+    study = _study(trials_per_model=3)
+    study.optimize(_objective, n_trials=2)
+    text = Path(SEARCH_SPACES_DIR / "digits-mlp.yaml").read_text()
+    edited_file = tmp_path / "edited.yaml"  # no pruning: old trials have a param it lacks
+    edited_file.write_text(text.replace("  pruning_ratio: {type: float", "  # {type: float"))
+    edited = load_space(str(edited_file))
+    study.sampler = VariantSampler(optuna.samplers.RandomSampler(seed=1), edited, 3, 0)
+    study.optimize(lambda t: (0.9, float(edited.suggest(t).arch.width)), n_trials=1)
+    assert study.trials[2].state == optuna.trial.TrialState.COMPLETE
+    assert VARIANT_OF not in study.trials[2].user_attrs

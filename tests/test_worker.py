@@ -178,6 +178,21 @@ def test_reaper_fails_stale_trials_without_live_workers(fleet):
     assert states == {"FAIL": 1, "WAITING": 1}
 
 
+def test_a_trial_whose_worker_died_before_it_began_is_failed(fleet):
+    make_study, worker = fleet
+    study = make_study("unbegun", n_trials=1)
+    ghost = study.ask()  # RUNNING, as if its worker died before the trial's first heartbeat
+    time.sleep(3.5)  # the grace period
+    process = worker("--target", "cpu", "--studies", "unbegun")
+    try:
+        output = process.communicate(timeout=120)[0]
+    finally:
+        process.kill()
+    assert process.returncode == 0, output
+    assert _states(study) == {"FAIL": 1, "COMPLETE": 1}
+    assert study.trials[ghost.number].user_attrs["fail_reason"].startswith("never began")
+
+
 def test_worker_survives_a_database_outage(fleet):
     make_study, worker = fleet
     study = make_study("outage", n_trials=4, epochs=40)
