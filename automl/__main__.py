@@ -1,5 +1,5 @@
 """``python -m automl`` runs the CLI."""
 
-from automl.cli import app
+from automl.cli import main
 
-app()
+main()

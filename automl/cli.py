@@ -23,7 +23,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 StorageOpt = Annotated[
-    str | None, typer.Option("--storage", help="SQLAlchemy URL [env AUTOML_STORAGE].")
+    str | None, typer.Option("--storage", help="SQLAlchemy URL \\[env AUTOML_STORAGE].")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
@@ -34,6 +34,14 @@ def _storage(url: str | None) -> BaseStorage:
 
     settings = get_settings()
     return open_storage(url or settings.storage, settings)
+
+
+def main() -> None:
+    """The ``automl`` entry point: an error the user can fix is one line, not a traceback."""
+    try:
+        app()
+    except AutomlError as e:
+        raise SystemExit(_fail(e).exit_code) from None
 
 
 def _fail(error: Exception) -> typer.Exit:

@@ -15,6 +15,10 @@ class DataError(SpecError):
     """A dataset is missing, malformed or inconsistent."""
 
 
+class StorageUnavailable(AutomlError):
+    """The study storage cannot be reached (server down, wrong host, port, database or user)."""
+
+
 class TargetUnavailable(AutomlError):
     """The target's hardware is not present on this machine, so it cannot be measured here."""
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from automl.errors import SpecError
 
 DEFAULT_STORAGE = "sqlite:///studies/automl.db"
 
@@ -35,8 +37,32 @@ class Settings(BaseSettings):
     max_timeout_s: float = Field(default=24 * 3600, gt=0)
     max_body_bytes: int = 1024 * 1024
 
+    @model_validator(mode="after")
+    def _grace_outlasts_heartbeats(self) -> Settings:
+        if self.grace_period_s <= self.heartbeat_interval_s:
+            raise ValueError(
+                f"AUTOML_GRACE_PERIOD_S ({self.grace_period_s}) must exceed "
+                f"AUTOML_HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}), or live trials are "
+                "failed as stale between two heartbeats; use at least twice the interval"
+            )
+        return self
+
 
 @lru_cache
 def get_settings() -> Settings:
-    """The process-wide settings, read once."""
-    return Settings()
+    """The process-wide settings, read once.
+
+    Raises:
+        SpecError: An ``AUTOML_*`` variable has a value that is not allowed; names it.
+    """
+    try:
+        return Settings()
+    except ValidationError as e:
+        problems = "; ".join(_describe(error) for error in e.errors())
+        raise SpecError(f"invalid settings: {problems}") from None
+
+
+def _describe(error: dict) -> str:
+    if not error["loc"]:  # a rule across settings: its message names them
+        return error["msg"].removeprefix("Value error, ")
+    return f"AUTOML_{str(error['loc'][0]).upper()}: {error['msg']}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,9 +11,16 @@ from typing import TYPE_CHECKING
 import optuna
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    IntegrityError,
+    NoSuchModuleError,
+    OperationalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
 
-from automl.errors import SpecError
+from automl.errors import SpecError, StorageUnavailable
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
@@ -21,6 +29,7 @@ if TYPE_CHECKING:
     from automl.settings import Settings
 
 logger = logging.getLogger("automl.storage")
+_CREATE_ATTEMPTS = 5
 
 
 class HeartbeatRDBStorage(optuna.storages.RDBStorage):
@@ -36,7 +45,8 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         try:
             super().record_heartbeat(trial_id)
         except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:
-            logger.warning("heartbeat of trial id %d not recorded: %s", trial_id, e)
+            cause = e.__cause__ or e  # Optuna's wrapper blames "invalid data in the commit"
+            logger.warning("heartbeat of trial id %d not recorded: %s", trial_id, cause)
 
 
 def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:
@@ -52,38 +62,66 @@ def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:
             up to ``max_retry`` times (the retry history is in its system attrs).
 
     Raises:
-        SpecError: The URL is malformed.
+        SpecError: The URL is malformed, or its database driver is not installed.
+        StorageUnavailable: The database cannot be reached.
     """
     try:
         parsed = make_url(url)
     except ArgumentError as e:
         raise SpecError(f"invalid storage URL {url!r}: {e}") from e
+    shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs: dict = {"connect_args": {"timeout": settings.sqlite_timeout_s}}
     else:
-        if parsed.drivername == "postgresql":
+        if parsed.drivername in ("postgresql", "postgres"):
             url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
         engine_kwargs = {
             "pool_pre_ping": True,
             "pool_size": settings.pool_size,
             "max_overflow": settings.max_overflow,
         }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = HeartbeatRDBStorage(
-            url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=settings.heartbeat_interval_s,
-            grace_period=settings.grace_period_s,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                max_retry=settings.max_retry
-            ),
-        )
+    try:
+        storage = _connect(url, engine_kwargs, settings)
+    except OperationalError as e:
+        raise StorageUnavailable(
+            f"cannot open the storage {shown}: {' '.join(str(e.orig).split())}; check that "
+            "the database server runs and that the URL's host, port, database and user are right"
+        ) from None
+    except (ImportError, NoSuchModuleError):
+        raise SpecError(
+            f"no database driver for {parsed.drivername!r} is installed; use postgresql://… "
+            "(psycopg 3 is installed) or sqlite:///path.db"
+        ) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         _use_wal(storage.engine)
     return storage
+
+
+def _connect(url: str, engine_kwargs: dict, settings: Settings) -> HeartbeatRDBStorage:
+    """Open the storage, creating Optuna's tables in a new database.
+
+    Workers that start together on a new database race to create the tables; the losers see a
+    duplicate table or type, and succeed once they retry.
+    """
+    for attempt in range(_CREATE_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                retry = optuna.storages.RetryHeartbeatStaleTrialCallback(settings.max_retry)
+                return HeartbeatRDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=settings.heartbeat_interval_s,
+                    grace_period=settings.grace_period_s,
+                    heartbeat_stale_trial_callback=retry,
+                )
+        except (IntegrityError, ProgrammingError):
+            if attempt == _CREATE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _use_wal(engine: Engine) -> None:

@@ -1,13 +1,16 @@
-"""Storages as workers open them: heartbeats that outlive a PostgreSQL outage."""
+"""Storages as workers open them: new databases, bad URLs, heartbeats through an outage."""
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 
 import optuna
+import pytest
 import sqlalchemy
 from conftest import PgProxy, pg_schema
 
+from automl.errors import SpecError, StorageUnavailable
 from automl.settings import Settings
 from automl.storage import open_storage
 
@@ -36,3 +39,40 @@ def test_heartbeats_resume_after_a_storage_outage():
         assert study.trials[0].state == optuna.trial.TrialState.COMPLETE
         # Optuna's own heartbeat thread would have ended at the outage.
         assert last_beat > back["at"], (last_beat, back["at"])
+
+
+def _open_when_released(url: str, barrier, results) -> None:
+    barrier.wait()
+    try:
+        open_storage(url, Settings(storage=url))
+        results.put("ok")
+    except Exception as e:  # reported to the test
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def test_workers_starting_together_on_a_new_database_all_open_it():
+    context = multiprocessing.get_context("spawn")
+    for _ in range(2):  # the race to create the tables is lost by most openers, most times
+        with pg_schema() as url:
+            barrier, results = context.Barrier(4), context.Queue()
+            openers = [
+                context.Process(target=_open_when_released, args=(url, barrier, results))
+                for _ in range(4)
+            ]
+            for process in openers:
+                process.start()
+            outcomes = [results.get(timeout=120) for _ in openers]
+            for process in openers:
+                process.join()
+            assert outcomes == ["ok"] * 4
+
+
+def test_an_unreachable_or_unsupported_storage_is_one_clear_error():
+    url = "postgresql://automl:secret@127.0.0.1:1/automl"
+    with pytest.raises(StorageUnavailable, match="Connection refused") as refused:
+        open_storage(url, Settings(storage=url))
+    assert "secret" not in str(refused.value) and "check that the database server runs" in str(
+        refused.value
+    )
+    with pytest.raises(SpecError, match="no database driver for 'mysql'"):
+        open_storage("mysql://root@127.0.0.1/test", Settings())

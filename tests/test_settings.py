@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import pytest
+
+from automl.errors import SpecError
+from automl.settings import get_settings
+
+
+@pytest.fixture
+def fresh_settings():
+    get_settings.cache_clear()
+    yield get_settings
+    get_settings.cache_clear()
+
+
+def test_a_bad_variable_is_named(fresh_settings, monkeypatch):
+    monkeypatch.setenv("AUTOML_GRACE_PERIOD_S", "abc")
+    with pytest.raises(SpecError, match="AUTOML_GRACE_PERIOD_S: Input should be a valid integer"):
+        fresh_settings()
+
+
+def test_the_grace_period_must_outlast_a_heartbeat_interval(fresh_settings, monkeypatch):
+    monkeypatch.setenv("AUTOML_HEARTBEAT_INTERVAL_S", "30")
+    monkeypatch.setenv("AUTOML_GRACE_PERIOD_S", "3")
+    with pytest.raises(SpecError, match=r"AUTOML_GRACE_PERIOD_S \(3\) must exceed"):
+        fresh_settings()
+    monkeypatch.setenv("AUTOML_GRACE_PERIOD_S", "61")
+    assert fresh_settings().grace_period_s == 61
