@@ -36,6 +36,15 @@ def _storage(url: str | None) -> BaseStorage:
     return open_storage(url or settings.storage, settings)
 
 
+def _shown_url(url: str | None) -> str:
+    """The storage URL as a user may copy it: the password hidden."""
+    from sqlalchemy.engine import make_url
+
+    from automl.settings import get_settings
+
+    return make_url(url or get_settings().storage).render_as_string(hide_password=True)
+
+
 def main() -> None:
     """The ``automl`` entry point: an error the user can fix is one line, not a traceback."""
     try:
@@ -98,13 +107,15 @@ def worker(
             require_present(load_target(target))
         targets = {target} if target else {t.name for t in list_targets() if is_present(t)}
         store = _storage(storage)
+        names = {n.strip() for item in studies or [] for n in item.split(",") if n.strip()}
+        for name in sorted(names):
+            _require_servable(name, store, targets)
     except AutomlError as e:
         raise _fail(e) from None
-    names = {n.strip() for item in studies or [] for n in item.split(",") if n.strip()}
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("automl").setLevel(logging.INFO)
     err.print(
-        f"worker serving targets {sorted(targets)}"
+        f"worker on {_shown_url(storage)} serving targets {sorted(targets)}"
         + (f", studies {sorted(names)}" if names else "")
     )
     ran = work(
@@ -117,6 +128,19 @@ def worker(
         exit_when_idle=not wait,
     )
     err.print(f"worker done: {ran} trial(s) run here")
+
+
+def _require_servable(name: str, storage: BaseStorage, targets: set[str]) -> None:
+    """Refuse a study that does not exist or whose target this worker does not serve."""
+    from automl.studies import load
+
+    target = load(name, storage)[1].target
+    if target not in targets:
+        raise TargetUnavailable(
+            f"study {name!r} is measured on {target!r}, which this worker does not serve "
+            f"(serving {sorted(targets)}); run `automl worker --target {target}` on a host "
+            "that has it"
+        )
 
 
 @app.command("serve")
@@ -189,11 +213,12 @@ def start(
             create_study(spec, store)
     except AutomlError as e:
         raise _fail(e) from None
+    url = _shown_url(storage)
     for spec in specs:
         if detach or spec not in runnable:
-            console.print(f"Study [bold]{spec.name}[/] is queued for a {spec.target} host:")
+            console.print(f"Study [bold]{spec.name}[/] is queued for a worker on {spec.target}:")
             console.print(
-                f"  automl worker --target {spec.target} --storage URL --studies {spec.name}"
+                f"  automl worker --target {spec.target} --storage {url} --studies {spec.name}"
             )
     if detach:
         return

@@ -106,22 +106,29 @@ def work(
     Returns:
         How many trials this worker ran.
     """
-    ran = 0
+    ran, unusable = 0, set()
     while not stop.requested and (max_trials is None or ran < max_trials):
+        name = None
         try:
-            names = runnable_studies(storage, scope)
+            names = [n for n in runnable_studies(storage, scope) if n not in unusable]
             if names:
+                name = names[0]
                 result = run_study_loop(
-                    names[0], storage, artifact_store=artifact_store, settings=settings,
+                    name, storage, artifact_store=artifact_store, settings=settings,
                     stop=stop, poll_s=min(poll_s, 1.0), sampler_offset=_worker_offset(),
                     max_trials=None if max_trials is None else max_trials - ran,
                 )  # fmt: skip
                 ran += result.ran
-                logger.info("study %s: %s trial(s) here, %s", names[0], result.ran, result.reason)
+                logger.info("study %s: %s trial(s) here, %s", name, result.ran, result.reason)
                 continue
             if exit_when_idle:
                 break
         except Exception as e:
+            if isinstance(e, AutomlError) and name is not None:
+                # E.g. its search space file is not on this host: other studies must not wait.
+                unusable.add(name)
+                logger.error("study %s cannot run on this worker, skipped: %s", name, e)
+                continue
             if not isinstance(e, AutomlError) and not storage_unreachable(e):
                 raise
             logger.warning("worker: %s; retrying in %.0f s", e, poll_s)

@@ -159,7 +159,13 @@ def test_worker_refuses_a_target_it_does_not_have(fleet):
     refused = worker("--target", "a100", "--studies", "gpu")
     output = refused.communicate(timeout=120)[0]
     assert refused.returncode != 0 and "automl worker --target a100" in output
-    idle = worker("--auto", "--studies", "gpu")
+    named = worker("--auto", "--studies", "gpu")
+    output = named.communicate(timeout=120)[0]
+    assert named.returncode == 3 and "measured on 'a100', which this worker does not" in output
+    unknown = worker("--auto", "--studies", "nosuch")
+    output = unknown.communicate(timeout=120)[0]
+    assert unknown.returncode == 2 and "no study named 'nosuch'" in output
+    idle = worker("--auto")  # serves what it can; the a100 study waits for an a100 worker
     output = idle.communicate(timeout=120)[0]
     assert idle.returncode == 0, output
     assert study.get_trials() == []

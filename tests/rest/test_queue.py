@@ -9,6 +9,7 @@ from conftest import PgProxy, pg_schema
 
 from automl.queries import cached
 from automl.queue import Reaper, runnable_studies, work
+from automl.space import SEARCH_SPACES_DIR
 from automl.spec import parse_spec
 from automl.storage import open_artifact_store, open_storage
 from automl.studies import create_study, request_stop
@@ -82,3 +83,24 @@ def test_worker_loop_and_reaper_ride_out_a_storage_outage(api_settings, tmp_path
         reaper.stop()
         assert study.trials[0].state.name == "FAIL"  # the reaper thread outlived the outage
         assert not worker.is_alive()
+
+
+def test_a_study_this_worker_cannot_load_does_not_block_the_others(storage, api_settings, tmp_path):
+    space = tmp_path / "gone.yaml"
+    space.write_text((SEARCH_SPACES_DIR / "digits-mlp.yaml").read_text())
+    _create(storage, "gone", search_space=str(space), n_trials=1)
+    space.unlink()  # e.g. submitted from a host whose files this worker does not have
+    after = _create(storage, "after", n_trials=1)
+    settings = api_settings(f"sqlite:///{tmp_path / 'queue.db'}")
+    stop = GracefulStop()
+    kwargs = {"artifact_store": open_artifact_store(settings), "settings": settings}
+    worker = threading.Thread(
+        target=work, args=(storage,),
+        kwargs={**kwargs, "stop": stop, "exit_when_idle": True, "poll_s": 0.1},
+    )  # fmt: skip
+    worker.start()
+    worker.join(120)
+    stop.requested = True  # a worker stuck on the broken study would never return
+    worker.join()
+    assert after.trials[0].state.name == "COMPLETE"
+    assert optuna.load_study(study_name="gone", storage=storage).trials == []
