@@ -45,7 +45,6 @@ def load_dataset(
     seed: int = 0,
     val_fraction: float = 0.15,
     calib_size: int = 128,
-    data_root: Path | None = None,
 ) -> Dataset:
     """Load and split a dataset.
 
@@ -54,7 +53,6 @@ def load_dataset(
         seed: Seed of every split.
         val_fraction: Share of train held out for validation when the source has no val split.
         calib_size: Size of the calibration subset drawn from train.
-        data_root: If given, ``.npz`` paths must resolve inside it.
 
     Returns:
         The split, standardised dataset.
@@ -62,7 +60,7 @@ def load_dataset(
     Raises:
         DataError: The source is unknown, missing or malformed; the message names the problem.
     """
-    arrays = _read_source(source, seed=seed, data_root=data_root)
+    arrays = _read_source(source, seed=seed)
     _validate(arrays, source)
     if "x_val" not in arrays:
         arrays["x_train"], arrays["x_val"], arrays["y_train"], arrays["y_val"] = _split(
@@ -71,11 +69,11 @@ def load_dataset(
     return _finish(source, arrays, seed=seed, calib_size=calib_size)
 
 
-def _read_source(source: str, *, seed: int, data_root: Path | None) -> dict[str, np.ndarray]:
+def _read_source(source: str, *, seed: int) -> dict[str, np.ndarray]:
     if source == "digits":
         return _digits(seed)
     if source.endswith(".npz"):
-        return _npz(Path(source), data_root)
+        return _npz(Path(source))
     if ":" in source:
         return _plugin(source)
     raise DataError(
@@ -93,10 +91,8 @@ def _digits(seed: int) -> dict[str, np.ndarray]:
     return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
 
 
-def _npz(path: Path, data_root: Path | None) -> dict[str, np.ndarray]:
+def _npz(path: Path) -> dict[str, np.ndarray]:
     resolved = path.expanduser().resolve()
-    if data_root is not None and not resolved.is_relative_to(Path(data_root).resolve()):
-        raise DataError(f"dataset {str(path)!r} is outside the data root {str(data_root)!r}")
     if not resolved.is_file():
         raise DataError(f"dataset file {str(path)!r} does not exist")
     try:

@@ -19,8 +19,6 @@ from automl.space import load_space
 from automl.targets import load_target
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from optuna.artifacts import FileSystemArtifactStore
 
     from automl.cache import StageCache
@@ -42,9 +40,9 @@ WORKER = "worker"  # host:pid, the first attr a trial gets once it has begun
 
 
 @lru_cache(maxsize=4)
-def cached_dataset(source: str, seed: int, data_root: Path | None) -> Dataset:
+def cached_dataset(source: str, seed: int) -> Dataset:
     """Load a dataset once per process."""
-    return load_dataset(source, seed=seed, data_root=data_root)
+    return load_dataset(source, seed=seed)
 
 
 @dataclass
@@ -53,7 +51,6 @@ class StudyObjective:
 
     spec: StudySpec
     artifact_store: FileSystemArtifactStore
-    data_root: Path | None = None
     threads: int = 1
     cache: StageCache | None = None
     trial_id: int | None = None  # the trial this objective last started
@@ -100,7 +97,7 @@ class StudyObjective:
         logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker)
         candidate = space.suggest(trial)
         trial.set_user_attr("candidate", candidate.as_dict())
-        data = cached_dataset(self.spec.dataset, self.spec.seed, self.data_root)
+        data = cached_dataset(self.spec.dataset, self.spec.seed)
         with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
             outcome = run_trial(
                 candidate,

@@ -37,7 +37,7 @@ def remeasure_front(
 
     study, spec = load(name, storage)
     target = load_target(spec.target)
-    data = cached_dataset(spec.dataset, spec.seed, None)
+    data = cached_dataset(spec.dataset, spec.seed)
     results: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="automl-remeasure-") as workdir:
         for record in pareto_front(name, storage):

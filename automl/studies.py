@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from automl.errors import AutomlError, SpecError
-from automl.objective import ARTIFACT_ID, FAIL_REASON
+from automl.objective import ARTIFACT_ID, FAIL_REASON, cached_dataset
 from automl.space import load_space
 from automl.spec import METRICS, StudySpec, parse_spec
 from automl.targets import load_target
@@ -59,10 +59,12 @@ class StudyInfo:
 def create_study(spec: StudySpec, storage: BaseStorage) -> optuna.Study:
     """Create the study for ``spec``, or return the existing one with the same spec.
 
-    Validates the search space against the target first, so that nothing runs on bad input.
+    Validates the search space against the target, and loads a new study's dataset, first, so
+    that nothing runs on bad input.
 
     Raises:
         SpecError: The space or target is invalid, or a study of that name has another spec.
+        DataError: The dataset is missing or malformed.
     """
     target = load_target(spec.target)
     load_space(spec.search_space).check_target(target)
@@ -74,6 +76,7 @@ def create_study(spec: StudySpec, storage: BaseStorage) -> optuna.Study:
         study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
         study.set_user_attr(STOP_ATTR, False)
         return study
+    cached_dataset(spec.dataset, spec.seed)  # the loop in this process reuses it
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

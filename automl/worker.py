@@ -101,9 +101,7 @@ def run_study_loop(
         space = load_space(spec.search_space)
         sampler = VariantSampler(sampler, space, spec.trials_per_model, spec.variant_startup_trials)
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-    objective = StudyObjective(
-        spec, artifact_store, settings.data_root, threads, cache=stage_cache(settings)
-    )
+    objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
     deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
     ran, outage_s = 0, 0.0
     while True:

@@ -123,6 +123,21 @@ def test_detach_creates_a_queued_study_for_remote_workers(cli):
     assert info["state"] == "queued" and info["counts"]["COMPLETE"] == 0
 
 
+def test_an_npz_dataset_anywhere_is_used_and_a_malformed_one_refused_up_front(cli, tmp_path):
+    digits = load_dataset("digits", seed=0)
+    elsewhere = tmp_path / "elsewhere"  # not under the API's data root, ./data
+    elsewhere.mkdir()
+    arrays = {"x_train": digits.x_train, "y_train": digits.y_train}
+    np.savez(elsewhere / "mine.npz", **arrays, x_test=digits.x_test, y_test=digits.y_test)
+    np.savez(elsewhere / "half.npz", **arrays)
+    args = ["study", "start", "--space", "digits-mlp", "--n-trials", "1", "--dataset"]
+    cli(*args, str(elsewhere / "mine.npz"), "--name", "mine")
+    assert json.loads(cli("study", "show", "mine", "--json").stdout)["counts"]["COMPLETE"] == 1
+    out = cli(*args, str(elsewhere / "half.npz"), "--name", "half", check=False)
+    assert out.returncode == 2 and "x_test" in out.stderr
+    assert "half" not in cli("study", "list", "--json").stdout
+
+
 def test_bad_input_is_a_clear_error(cli):
     out = cli("study", "start", "--sampler", "cmaes", check=False)
     assert out.returncode == 2 and "sampler" in out.stderr

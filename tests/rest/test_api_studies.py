@@ -118,10 +118,14 @@ def test_bad_specs_get_422_naming_the_field(submit_spec, spec, field):
 
 def test_npz_under_the_data_root_is_accepted(submit_spec, api_server):
     data_root = api_server.settings.data_root
-    np.savez(data_root / "mine.npz", x_train=np.zeros((4, 2)), y_train=np.zeros(4))
+    x, y = np.random.default_rng(0).normal(size=(60, 4)), np.arange(60) % 3
+    np.savez(data_root / "mine.npz", x_train=x[:40], y_train=y[:40], x_test=x[40:], y_test=y[40:])
     response = submit_spec(dataset="mine.npz")
     assert response.status_code == 201, response.text
     assert response.json()["spec"]["dataset"] == str(data_root / "mine.npz")
+    np.savez(data_root / "half.npz", x_train=x, y_train=y)  # no test split
+    response = submit_spec(dataset="half.npz", name="half")
+    assert response.status_code == 422 and "x_test" in response.json()["message"], response.text
 
 
 def test_404_names_what_is_missing(api_client):
