@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from automl.errors import SpecError
 from automl.objective import ARTIFACT_ID
 from automl.spec import METRICS, Constraint
@@ -34,7 +36,11 @@ def choose_trial(name: str, storage: BaseStorage, metric: str, budget: str | Non
     """
     if metric not in METRICS:
         raise SpecError(f"unknown metric {metric!r}; allowed: {list(METRICS)}")
-    limit = Constraint.model_validate(budget) if budget else None
+    try:
+        limit = Constraint.model_validate(budget) if budget else None
+    except ValidationError as e:
+        message = e.errors()[0]["msg"].removeprefix("Value error, ")
+        raise SpecError(f"invalid budget: {message}") from None
     front = [
         t
         for t in pareto_front(name, storage)

@@ -15,6 +15,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from automl.data import Dataset
+from automl.errors import SpecError
 from automl.exports import choose_trial, export_model
 from automl.spec import METRICS
 from automl.studies import pareto_front
@@ -122,3 +123,8 @@ def test_choose_trial_picks_the_most_accurate_front_trial(study_run: dict) -> No
     front = pareto_front(NAME, study_run["storage"])
     best = max(front, key=lambda r: r["metrics"]["accuracy"])
     assert choose_trial(NAME, study_run["storage"], "accuracy") == best["number"]
+
+
+def test_a_malformed_budget_is_a_spec_error(study_run: dict) -> None:
+    with pytest.raises(SpecError, match="invalid budget: constraint 'latency < 2' must look like"):
+        choose_trial(NAME, study_run["storage"], "accuracy", "latency < 2")

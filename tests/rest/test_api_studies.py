@@ -4,7 +4,7 @@ import numpy as np
 import optuna
 import pytest
 
-from automl.studies import STOP_ATTR
+from automl.studies import SPEC_ATTR, STOP_ATTR
 
 pytest_plugins = ["api_fixtures"]
 
@@ -139,3 +139,15 @@ def test_404_names_what_is_missing(api_client):
         "code": "not_found",
         "message": "not found: GET /v1/nothing",
     }
+
+
+def test_a_stored_spec_this_version_cannot_read_is_left_out_of_the_list(
+    submit_spec, api_client, api_server
+):
+    good = submit_spec().json()["name"]
+    broken = optuna.create_study(study_name="from-the-future", storage=api_server.storage)
+    broken.set_user_attr(SPEC_ATTR, {"name": "from-the-future", "n_trials": "many"})
+    response = api_client.get("/v1/studies", params={"limit": 500})
+    assert response.status_code == 200, response.text
+    names = [s["name"] for s in response.json()["items"]]
+    assert good in names and "from-the-future" not in names
