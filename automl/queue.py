@@ -116,6 +116,7 @@ def work(
                 result = run_study_loop(
                     name, storage, artifact_store=artifact_store, settings=settings,
                     stop=stop, poll_s=min(poll_s, 1.0), sampler_offset=_worker_offset(),
+                    wait=exit_when_idle,  # a polling worker serves other studies meanwhile
                     max_trials=None if max_trials is None else max_trials - ran,
                 )  # fmt: skip
                 ran += result.ran

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from automl.settings import Settings
 
 logger = logging.getLogger("automl.worker")
+WAITING_ON_OTHERS = "waiting-on-others"  # other workers hold the remaining trials
 
 
 class GracefulStop:
@@ -73,6 +74,7 @@ def run_study_loop(
     threads: int = 1,
     sampler_offset: int = 0,
     poll_s: float = 1.0,
+    wait: bool = True,
     on_trial_end: Callable[[optuna.Study], None] | None = None,
 ) -> LoopResult:
     """Run trials of study ``name`` until it is done, stopped, timed out or out of budget.
@@ -87,6 +89,8 @@ def run_study_loop(
         threads: Torch threads for training.
         sampler_offset: Added to the spec's seed, so that parallel workers draw differently.
         poll_s: Wait between checks while other workers hold the remaining trials.
+        wait: Wait while other workers hold the remaining trials (one of them may die and
+            leave a retry); otherwise return at once, to serve another study meanwhile.
         on_trial_end: Called after each trial, e.g. to refresh a progress display.
 
     Returns:
@@ -107,7 +111,7 @@ def run_study_loop(
     while True:
         try:
             reason = _stop_reason(study, spec, stop, deadline, ran, max_trials)
-            if reason == "wait":
+            if reason == WAITING_ON_OTHERS and wait:
                 time.sleep(poll_s)
                 continue
             if reason:
@@ -189,7 +193,7 @@ def _stop_reason(study, spec, stop, deadline, ran, max_trials) -> str | None:
     if counts["COMPLETE"] + counts["RUNNING"] >= spec.n_trials:
         # Each trial's optimize() reaps too; a waiting loop must not wait on a dead worker.
         reap_stale_trials(study)
-        return "wait"
+        return WAITING_ON_OTHERS
     return None
 
 

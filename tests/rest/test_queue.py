@@ -7,6 +7,7 @@ import optuna
 import pytest
 from conftest import PgProxy, pg_schema
 
+from automl.objective import WORKER
 from automl.queries import cached
 from automl.queue import Reaper, runnable_studies, work
 from automl.space import SEARCH_SPACES_DIR
@@ -104,3 +105,29 @@ def test_a_study_this_worker_cannot_load_does_not_block_the_others(storage, api_
     worker.join()
     assert after.trials[0].state.name == "COMPLETE"
     assert optuna.load_study(study_name="gone", storage=storage).trials == []
+
+
+def test_a_polling_worker_serves_other_studies_while_others_hold_the_last_trials(
+    storage, api_settings, tmp_path
+):
+    held = _create(storage, "held", n_trials=2)
+    elsewhere = held.ask()  # the last slot, held by a live worker on another host
+    elsewhere.set_user_attr(WORKER, "elsewhere:1")
+    other = _create(storage, "other", n_trials=1)
+    settings = api_settings(f"sqlite:///{tmp_path / 'queue.db'}")
+    stop = GracefulStop()
+    kwargs = {"artifact_store": open_artifact_store(settings), "settings": settings}
+    worker = threading.Thread(
+        target=work, args=(storage,), kwargs={**kwargs, "stop": stop, "poll_s": 0.1}
+    )
+    worker.start()
+    deadline = time.monotonic() + 120
+    while (not other.trials or other.trials[0].state.name == "RUNNING") and (
+        time.monotonic() < deadline
+    ):
+        storage.record_heartbeat(elsewhere._trial_id)  # that worker lives on
+        time.sleep(0.2)
+    stop.requested = True
+    worker.join()
+    assert [t.state.name for t in held.trials] == ["RUNNING", "COMPLETE"]
+    assert other.trials[0].state.name == "COMPLETE"
