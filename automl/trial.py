@@ -104,8 +104,9 @@ def run_trial(
         )
     with _timed(timings, "latency"):
         latency = measure_latency(
-            quantized.path, target, data.x_test, candidate.batch_size, torch_model=pruned.model
-        )
+            quantized.path, target, data.x_test, candidate.batch_size,
+            torch_model=pruned.model, bits=candidate.bits,
+        )  # fmt: skip
     metrics = {
         "accuracy": evaluation.accuracy,
         "latency_p50_ms": latency.p50_ms,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
-from automl.errors import SpecError, TargetUnavailable
+from automl.errors import SpecError, TargetUnavailable, UnsupportedQuantization
 from automl.pipeline._ort import input_name, make_session
 from automl.targets import detect_gpu_names, require_present
 
@@ -182,13 +182,15 @@ def measure_latency(
         rel_ci: Stop once the median's 95% CI half-width is within this fraction of it.
         torch_model: The same model in torch, timed on CUDA only when the target is a
             CUDA target and ONNX Runtime has no CUDA provider here.
-        bits: Precision for the torch path: 16 runs it in half precision, else float32.
+        bits: The candidate's bit-width, for the torch path: 16 runs in half precision, 32 in
+            float32, and other widths cannot be timed there.
 
     Returns:
         The measurement.
 
     Raises:
         TargetUnavailable: The hardware is absent, or no runtime here can use it.
+        UnsupportedQuantization: Only the torch path is available, and it cannot run ``bits``.
         SpecError: ``batch_size``, ``inputs`` or the run limits are unusable.
     """
     require_present(target)
@@ -262,6 +264,21 @@ def _torch_cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def torch_dtype_name(bits: int) -> str:
+    """The torch dtype that times a ``bits`` candidate on the torch-cuda path.
+
+    Raises:
+        UnsupportedQuantization: torch has no path for that bit-width; only ONNX Runtime's
+            CUDA provider (onnxruntime-gpu) can time it, and latency is never estimated.
+    """
+    if bits not in (16, 32):
+        raise UnsupportedQuantization(
+            f"{bits}-bit candidates can only be timed with onnxruntime-gpu on this GPU; "
+            "install it, or leave that bit-width out of the search space"
+        )
+    return "float16" if bits == 16 else "float32"
+
+
 def _torch_cuda_runner(
     torch_model: torch.nn.Module, batch: np.ndarray, bits: int, target: Target
 ) -> tuple[Callable[[], float], dict[str, Any]]:
@@ -269,7 +286,7 @@ def _torch_cuda_runner(
 
     import torch
 
-    dtype = torch.float16 if bits == 16 else torch.float32
+    dtype = getattr(torch, torch_dtype_name(bits))
     model = copy.deepcopy(torch_model).to(device="cuda", dtype=dtype).eval()
     x = torch.from_numpy(batch).to(device="cuda", dtype=dtype)
     start = torch.cuda.Event(enable_timing=True)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from automl.errors import SpecError, TargetUnavailable
+from automl.errors import SpecError, TargetUnavailable, UnsupportedQuantization
 from automl.pipeline import latency as latency_module
-from automl.pipeline.latency import latency_stats, measure_latency
+from automl.pipeline.latency import latency_stats, measure_latency, torch_dtype_name
 from automl.targets import load_target
 
 if TYPE_CHECKING:
@@ -128,3 +128,9 @@ def test_gpu_without_a_cuda_runtime_raises(
 
     with pytest.raises(TargetUnavailable, match="onnxruntime-gpu"):
         measure_latency(onnx_model, load_target("h100"), samples, 1, torch_model=model)
+
+
+def test_the_torch_cuda_path_times_only_the_bit_widths_torch_can_run():
+    assert torch_dtype_name(16) == "float16" and torch_dtype_name(32) == "float32"
+    with pytest.raises(UnsupportedQuantization, match="onnxruntime-gpu"):
+        torch_dtype_name(8)  # would otherwise be timed as the fp32 model
