@@ -41,6 +41,9 @@ class FailureOut(BaseModel):
     number: int
     reason: str
     params: dict[str, Scalar]
+    retried_as: int | None = Field(
+        None, description="The trial that re-ran these params after a lost worker, if any."
+    )
 
 
 class StudyOut(BaseModel):

@@ -78,7 +78,9 @@ def study_panel(info: StudyInfo) -> Panel:
     if info.eta_s is not None:
         lines.append(f"[bold]ETA[/] {info.eta_s:.0f} s")
     for failure in info.failures[-10:]:
-        lines.append(f"[red]trial {failure['number']} failed:[/] {failure['reason']}")
+        retry = failure.get("retried_as")
+        retried = f" (retried as trial {retry})" if retry is not None else ""
+        lines.append(f"[red]trial {failure['number']} failed:[/] {failure['reason']}{retried}")
     return Panel("\n".join(lines), title=info.name)
 
 

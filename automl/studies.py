@@ -158,11 +158,16 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
     trials = study.get_trials(deepcopy=False)
     counts = count_states(trials)
     state = study_state(spec, counts, bool(study.user_attrs.get(STOP_ATTR)))
+    # Optuna's retry callback names the failed trial in each retry's system attrs.
+    retries = {
+        t.system_attrs["failed_trial"]: t.number for t in trials if "failed_trial" in t.system_attrs
+    }
     failures = [
         {
             "number": t.number,
             "reason": t.user_attrs.get(FAIL_REASON, LOST_WORKER),
             "params": t.params,
+            "retried_as": retries.get(t.number),
         }
         for t in trials
         if t.state.name == "FAIL"

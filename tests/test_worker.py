@@ -16,7 +16,7 @@ from conftest import PgProxy, pg_schema
 from automl.settings import Settings
 from automl.spec import parse_spec
 from automl.storage import open_storage
-from automl.studies import create_study
+from automl.studies import create_study, get_study
 
 AUTOML = [sys.executable, "-m", "automl"]
 SPACE = """name: quick
@@ -121,6 +121,8 @@ def test_sigkilled_worker_trial_is_failed_and_retried(fleet):
     retries = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
     assert len(retries) == 1 and retries[0].params == killed.params
     assert retries[0].state.name == "COMPLETE"
+    (failure,) = get_study("crash", study._storage).failures
+    assert (failure["number"], failure["retried_as"]) == (killed.number, retries[0].number)
 
 
 def test_a_trial_reaped_while_it_runs_is_dropped_and_the_worker_goes_on(fleet):
