@@ -69,7 +69,10 @@ class StageCache:
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
             return None
-        self._evict()
+        try:
+            self._evict()
+        except OSError as e:  # e.g. a file another host holds open on a network share
+            logger.warning("stage cache: eviction stopped: %s", e)
         return final
 
     def _evict(self) -> None:

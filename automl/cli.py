@@ -210,7 +210,7 @@ def start(
             require_present(load_target(specs[0].target))
         store = _storage(storage)
         for spec in specs:
-            create_study(spec, store)
+            create_study(spec, store, check_data=not detach)
     except AutomlError as e:
         raise _fail(e) from None
     url = _shown_url(storage)

@@ -36,7 +36,7 @@ FAIL_REASON = "fail_reason"
 OVER_BUDGET = "over_budget"  # a trial that lost the race for the last slot: PRUNED, never run
 _TAKEN = (TrialState.COMPLETE, TrialState.RUNNING)
 ARTIFACT_ID = "artifact_id"
-WORKER = "worker"  # host:pid, the first attr a trial gets once it has begun
+WORKER = "worker"  # host:pid of the process that ran the trial
 
 
 @lru_cache(maxsize=4)
@@ -67,6 +67,19 @@ class StudyObjective:
             # Recorded for `study show` and the API; Optuna then marks the trial FAIL.
             trial.set_user_attr(FAIL_REASON, f"{type(e).__name__}: {e}")
             raise
+
+    def check_inputs(self) -> None:
+        """Load the space, target and dataset before any trial.
+
+        A file missing on this host then stops this worker's loop, instead of failing every
+        trial of the study.
+
+        Raises:
+            SpecError: The space or target cannot be loaded.
+            DataError: The dataset cannot be loaded.
+        """
+        _ = self._space_and_target
+        cached_dataset(self.spec.dataset, self.spec.seed)
 
     @cached_property
     def _space_and_target(self) -> tuple[SearchSpace, Target]:

@@ -96,7 +96,7 @@ def work(
     Args:
         storage: The shared storage, ideally wrapped with :func:`automl.queries.cached`.
         artifact_store: Where trial models go.
-        settings: Data root and related settings.
+        settings: Cache and related settings.
         stop: Stop flag; the running trial finishes first.
         scope: The targets and studies this worker serves.
         max_trials: Trials this worker runs at most.

@@ -85,7 +85,7 @@ def worker_process(storage_url: str, settings: Settings) -> None:
 
     Args:
         storage_url: SQLAlchemy URL of the study storage.
-        settings: The server's settings (data root, artifacts, heartbeats).
+        settings: The server's settings (artifacts, cache, heartbeats).
     """
     from automl.queries import cached
     from automl.queue import work

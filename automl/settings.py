@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from automl.errors import SpecError
 
@@ -39,11 +39,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _grace_outlasts_heartbeats(self) -> Settings:
-        if self.grace_period_s <= self.heartbeat_interval_s:
+        if self.grace_period_s < 2 * self.heartbeat_interval_s:
             raise ValueError(
-                f"AUTOML_GRACE_PERIOD_S ({self.grace_period_s}) must exceed "
-                f"AUTOML_HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}), or live trials are "
-                "failed as stale between two heartbeats; use at least twice the interval"
+                f"AUTOML_GRACE_PERIOD_S ({self.grace_period_s}) must be at least twice "
+                f"AUTOML_HEARTBEAT_INTERVAL_S ({self.heartbeat_interval_s}), or a live trial is "
+                "failed as stale when one heartbeat is late"
             )
         return self
 
@@ -60,6 +60,8 @@ def get_settings() -> Settings:
     except ValidationError as e:
         problems = "; ".join(_describe(error) for error in e.errors())
         raise SpecError(f"invalid settings: {problems}") from None
+    except SettingsError as e:  # a list or dict variable that is not JSON
+        raise SpecError(f'invalid settings: {e}; lists are JSON, e.g. \'["a", "b"]\'') from None
 
 
 def _describe(error: dict) -> str:

@@ -6,7 +6,7 @@ import logging
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from sqlalchemy import event
@@ -24,24 +24,54 @@ from automl.errors import SpecError, StorageUnavailable
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
+    from optuna.trial import FrozenTrial
     from sqlalchemy.engine import Engine
 
     from automl.settings import Settings
 
 logger = logging.getLogger("automl.storage")
 _CREATE_ATTEMPTS = 5
+# PostgreSQL's duplicate_table, duplicate_object and unique_violation: another process was first.
+_ALREADY_EXISTS = {"42P07", "42710", "23505"}
 
 
 class HeartbeatRDBStorage(optuna.storages.RDBStorage):
-    """An RDB storage whose heartbeats outlive a storage outage.
+    """An RDB storage whose heartbeats cover a trial's whole run and outlive a storage outage.
 
-    Optuna's heartbeat thread ends at the first heartbeat that cannot be written. The trial
-    would then run on unseen, and another worker would fail it as stale while it still runs.
-    Here a lost heartbeat is logged and the next one is tried at the next interval.
+    A trial gets its first heartbeat when it is created, so a worker that dies at any point
+    leaves a trial that goes stale. Optuna's heartbeat thread ends at the first heartbeat that
+    cannot be written; the trial would then run on unseen, and another worker would fail it as
+    stale while it still runs. Here a lost heartbeat is logged and tried at the next interval.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._beat_at_creation: dict[int, float] = {}  # trial id → when
+
+    def _create_new_trial(
+        self, study_id: int, template_trial: FrozenTrial | None = None
+    ) -> FrozenTrial:
+        """Create or pop a trial; one that starts running gets its first heartbeat at once.
+
+        Optuna's heartbeat thread starts only after the sampler's ``before_trial``. A worker that
+        dies before that would leave a RUNNING trial without a heartbeat, which no reaper fails.
+        (Optuna's trial cache calls this private method; ``create_new_trial`` does too.)
+        """
+        trial = super()._create_new_trial(study_id, template_trial)
+        if template_trial is None and self.heartbeat_interval is not None:
+            self.record_heartbeat(trial._trial_id)
+            self._beat_at_creation[trial._trial_id] = time.monotonic()
+        return trial
+
     def record_heartbeat(self, trial_id: int) -> None:
-        """Record that trial ``trial_id`` is alive; an unreachable storage only logs."""
+        """Record that trial ``trial_id`` is alive; an unreachable storage only logs.
+
+        The heartbeat thread's first beat, moments after the one written at creation, is
+        skipped: each trial start costs one heartbeat write, as with Optuna alone.
+        """
+        created = self._beat_at_creation.pop(trial_id, None)
+        if created is not None and time.monotonic() - created < self.heartbeat_interval / 2:
+            return
         try:
             super().record_heartbeat(trial_id)
         except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:
@@ -89,6 +119,11 @@ def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:
             f"cannot open the storage {shown}: {' '.join(str(e.orig).split())}; check that "
             "the database server runs and that the URL's host, port, database and user are right"
         ) from None
+    except ProgrammingError as e:  # e.g. the role may not create tables in the schema
+        raise StorageUnavailable(
+            f"cannot set up Optuna's tables in {shown}: {' '.join(str(e.orig).split())}; the "
+            "role needs to own the database (or have CREATE on its schema)"
+        ) from None
     except (ImportError, NoSuchModuleError):
         raise SpecError(
             f"no database driver for {parsed.drivername!r} is installed; use postgresql://… "
@@ -117,8 +152,9 @@ def _connect(url: str, engine_kwargs: dict, settings: Settings) -> HeartbeatRDBS
                     grace_period=settings.grace_period_s,
                     heartbeat_stale_trial_callback=retry,
                 )
-        except (IntegrityError, ProgrammingError):
-            if attempt == _CREATE_ATTEMPTS - 1:
+        except (IntegrityError, ProgrammingError) as e:
+            lost_race = getattr(e.orig, "sqlstate", None) in _ALREADY_EXISTS
+            if not lost_race or attempt == _CREATE_ATTEMPTS - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import optuna
 
+from automl.data import load_dataset
 from automl.errors import AutomlError, SpecError
-from automl.objective import ARTIFACT_ID, FAIL_REASON, cached_dataset
+from automl.objective import ARTIFACT_ID, FAIL_REASON
 from automl.space import load_space
 from automl.spec import METRICS, StudySpec, parse_spec
 from automl.targets import load_target
@@ -56,11 +57,12 @@ class StudyInfo:
         return asdict(self)
 
 
-def create_study(spec: StudySpec, storage: BaseStorage) -> optuna.Study:
+def create_study(spec: StudySpec, storage: BaseStorage, *, check_data: bool = True) -> optuna.Study:
     """Create the study for ``spec``, or return the existing one with the same spec.
 
-    Validates the search space against the target, and loads a new study's dataset, first, so
-    that nothing runs on bad input.
+    Validates the search space against the target, and loads a new study's dataset (unless
+    ``check_data`` is off: it may exist only on the workers' hosts), so that nothing runs on
+    bad input.
 
     Raises:
         SpecError: The space or target is invalid, or a study of that name has another spec.
@@ -76,7 +78,8 @@ def create_study(spec: StudySpec, storage: BaseStorage) -> optuna.Study:
         study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
         study.set_user_attr(STOP_ATTR, False)
         return study
-    cached_dataset(spec.dataset, spec.seed)  # the loop in this process reuses it
+    if check_data:
+        load_dataset(spec.dataset, seed=spec.seed)
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -158,9 +161,11 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
     trials = study.get_trials(deepcopy=False)
     counts = count_states(trials)
     state = study_state(spec, counts, bool(study.user_attrs.get(STOP_ATTR)))
-    # Optuna's retry callback names the failed trial in each retry's system attrs.
+    # Optuna's retry callback appends the trial it re-runs to the retry's history.
     retries = {
-        t.system_attrs["failed_trial"]: t.number for t in trials if "failed_trial" in t.system_attrs
+        t.system_attrs["retry_history"][-1]: t.number
+        for t in trials
+        if t.system_attrs.get("retry_history")
     }
     failures = [
         {

@@ -17,7 +17,7 @@ from automl.candidate import TrainConfig
 from automl.models import build_model
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
-from automl.pipeline.latency import measure_latency
+from automl.pipeline.latency import check_measurable, measure_latency
 from automl.pipeline.prune import PruneResult, prune
 from automl.pipeline.quantize import QuantizedModel, quantize
 from automl.pipeline.train import train
@@ -77,10 +77,12 @@ def run_trial(
 
     Raises:
         TargetUnavailable: Before any work, when the target's hardware is absent.
-        UnsupportedQuantization: The bit-width does not apply to this model.
+        UnsupportedQuantization: The bit-width does not apply to this model, or cannot be
+            timed on this host (checked before any work).
         TrialFailed: A stage could not produce a valid candidate.
     """
     require_present(target)
+    check_measurable(target, candidate.bits)
     stages = _Stages(candidate, data, Path(workdir), seed, threads, _torch_device(target), cache)
     timings: dict[str, float] = {}
     with _timed(timings, "train"):

@@ -11,14 +11,13 @@ import signal
 import time
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from automl.cache import StageCache
-from automl.objective import FAIL_REASON, WORKER, StudyObjective
+from automl.objective import StudyObjective
 from automl.samplers import make_sampler
 from automl.space import load_space
 from automl.studies import STOP_ATTR, count_states, fail_cap, load
@@ -83,7 +82,7 @@ def run_study_loop(
         name: The study.
         storage: Its storage.
         artifact_store: Where trial models go.
-        settings: Data root and related settings.
+        settings: Cache and related settings.
         stop: Signal-driven stop flag.
         max_trials: Trials this loop may run at most.
         threads: Torch threads for training.
@@ -106,9 +105,11 @@ def run_study_loop(
         sampler = VariantSampler(sampler, space, spec.trials_per_model, spec.variant_startup_trials)
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
+    objective.check_inputs()
     deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
     ran, outage_s = 0, 0.0
     while True:
+        objective.trial_id = None  # set by the objective once a trial reaches it
         try:
             reason = _stop_reason(study, spec, stop, deadline, ran, max_trials)
             if reason == WAITING_ON_OTHERS and wait:
@@ -117,7 +118,6 @@ def run_study_loop(
             if reason:
                 return LoopResult(ran=ran, reason=reason)
             logger.info("study %s: starting a trial on %s", name, spec.target)
-            objective.trial_id = None
             study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
         except Exception as e:
             if _reaped_while_running(storage, objective.trial_id, e):
@@ -205,31 +205,12 @@ def stage_cache(settings: Settings) -> StageCache | None:
 
 
 def reap_stale_trials(study: optuna.Study) -> None:
-    """Fail RUNNING trials whose heartbeat is stale, and ones that never began.
+    """Fail RUNNING trials whose heartbeat is stale (a no-op without heartbeats).
 
-    A no-op without heartbeats. Stale trials are retried per the storage's callback.
+    They are retried per the storage's callback. Trials get their first heartbeat when they are
+    created (see :class:`automl.storage.HeartbeatRDBStorage`), so this covers workers that died
+    at any point of a trial.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
-    _fail_unbegun_trials(study)
-
-
-def _fail_unbegun_trials(study: optuna.Study) -> None:
-    """Fail RUNNING trials older than the grace period that never reached the objective.
-
-    Their worker died (or its sampler raised) between Optuna's ``ask`` and the trial's first
-    heartbeat, so Optuna's own reaper never sees them, and they would hold a slot for good.
-    """
-    backend = getattr(study._storage, "_backend", study._storage)  # under Optuna's trial cache
-    interval = getattr(backend, "heartbeat_interval", None)
-    if interval is None:
-        return
-    cutoff = datetime.now() - timedelta(seconds=backend.grace_period or 2 * interval)
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        if WORKER in trial.user_attrs or trial.datetime_start > cutoff:
-            continue
-        reason = "never began: its worker died before the objective ran (no heartbeat)"
-        study._storage.set_trial_user_attr(trial._trial_id, FAIL_REASON, reason)
-        study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
-        logger.warning("study %s: trial %d %s", study.study_name, trial.number, reason)

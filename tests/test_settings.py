@@ -22,7 +22,13 @@ def test_a_bad_variable_is_named(fresh_settings, monkeypatch):
 def test_the_grace_period_must_outlast_a_heartbeat_interval(fresh_settings, monkeypatch):
     monkeypatch.setenv("AUTOML_HEARTBEAT_INTERVAL_S", "30")
     monkeypatch.setenv("AUTOML_GRACE_PERIOD_S", "3")
-    with pytest.raises(SpecError, match=r"AUTOML_GRACE_PERIOD_S \(3\) must exceed"):
+    with pytest.raises(SpecError, match=r"AUTOML_GRACE_PERIOD_S \(3\) must be at least twice"):
         fresh_settings()
-    monkeypatch.setenv("AUTOML_GRACE_PERIOD_S", "61")
-    assert fresh_settings().grace_period_s == 61
+    monkeypatch.setenv("AUTOML_GRACE_PERIOD_S", "60")
+    assert fresh_settings().grace_period_s == 60
+
+
+def test_a_list_variable_that_is_not_json_is_named(fresh_settings, monkeypatch):
+    monkeypatch.setenv("AUTOML_API_TOKENS", "abc")
+    with pytest.raises(SpecError, match=r"api_tokens.*lists are JSON"):
+        fresh_settings()

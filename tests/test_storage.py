@@ -76,3 +76,22 @@ def test_an_unreachable_or_unsupported_storage_is_one_clear_error():
     )
     with pytest.raises(SpecError, match="no database driver for 'mysql'"):
         open_storage("mysql://root@127.0.0.1/test", Settings())
+
+
+def test_a_role_that_may_not_create_the_tables_is_one_clear_error():
+    import psycopg
+
+    with pg_schema() as url:
+        schema = url.rsplit("%3D", 1)[1]
+        role = f"automl_reader_{schema}"
+        with psycopg.connect(url.replace("+psycopg", "").split("?")[0], autocommit=True) as db:
+            db.execute(f'CREATE ROLE "{role}" LOGIN')
+            db.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')  # no CREATE
+        try:
+            reader = url.replace("//postgres@", f"//{role}@").replace("//root@", f"//{role}@")
+            with pytest.raises(StorageUnavailable, match="role needs to own the database"):
+                open_storage(reader, Settings(storage=reader))
+        finally:
+            with psycopg.connect(url.replace("+psycopg", "").split("?")[0], autocommit=True) as db:
+                db.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM "{role}"')
+                db.execute(f'DROP ROLE "{role}"')

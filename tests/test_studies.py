@@ -224,3 +224,16 @@ def test_a_dominated_model_gets_no_variants(env, variant_space):
     trials = optuna.load_study(study_name="t", storage=storage).trials
     assert trials[1].values[0] < trials[0].values[0] and trials[1].values[1] > trials[0].values[1]
     assert [t.user_attrs.get("variant_of") for t in trials] == [None, None, 0]
+
+
+def test_each_failure_names_the_trial_that_retried_it(tmp_path):
+    settings = Settings(storage=f"sqlite:///{tmp_path}/s.db", max_retry=2)
+    storage = open_storage(settings.storage, settings)
+    study = create_study(_spec(name="r", n_trials=3), storage)
+    retry = storage.get_heartbeat_stale_trial_callback()
+    for _ in range(3):  # a worker dies in each: the first trial, then its two retries
+        trial = study.ask({"arch.width": optuna.distributions.IntDistribution(16, 128, step=16)})
+        storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+        retry(study, study._storage.get_trial(trial._trial_id))
+    failures = get_study("r", storage).failures
+    assert [(f["number"], f["retried_as"]) for f in failures] == [(0, 1), (1, 2), (2, None)]

@@ -101,8 +101,8 @@ def test_three_workers_reach_exactly_n_complete(fleet):
     assert sum("trial" in out and "shared" in out for out in outputs) >= 2
     assert len({t.user_attrs["worker"] for t in study.get_trials()}) >= 2
     # Workers started together on an empty study must not share a sampler seed.
-    seeds = [re.search(r"study shared: sampler default, seed (\d+)", out) for out in outputs]
-    assert all(seeds) and len({s.group(1) for s in seeds}) == 3, outputs
+    seeds = re.findall(r"study shared: sampler default, seed (\d+)", "".join(outputs))
+    assert len(seeds) >= 2 and len(set(seeds)) == len(seeds), outputs
 
 
 def test_sigkilled_worker_trial_is_failed_and_retried(fleet):
@@ -178,18 +178,17 @@ def test_reaper_fails_stale_trials_without_live_workers(fleet):
 
     make_study, _ = fleet
     study = make_study("stale", n_trials=2)
-    trial = study.ask()  # RUNNING, as if its worker died before its first heartbeat
-    study._storage.record_heartbeat(trial._trial_id)
+    study.ask()  # RUNNING, with the heartbeat it got when created; then its worker dies
     time.sleep(3.5)
     assert reap_all(study._storage) == 1
     states = _states(study)
     assert states == {"FAIL": 1, "WAITING": 1}
 
 
-def test_a_trial_whose_worker_died_before_it_began_is_failed(fleet):
+def test_a_trial_whose_worker_died_before_its_heartbeat_thread_started_is_retried(fleet):
     make_study, worker = fleet
     study = make_study("unbegun", n_trials=1)
-    ghost = study.ask()  # RUNNING, as if its worker died before the trial's first heartbeat
+    ghost = study.ask()  # as if its worker died in the sampler, before Optuna's heartbeats
     time.sleep(3.5)  # the grace period
     process = worker("--target", "cpu", "--studies", "unbegun")
     try:
@@ -198,7 +197,8 @@ def test_a_trial_whose_worker_died_before_it_began_is_failed(fleet):
         process.kill()
     assert process.returncode == 0, output
     assert _states(study) == {"FAIL": 1, "COMPLETE": 1}
-    assert study.trials[ghost.number].user_attrs["fail_reason"].startswith("never began")
+    (failure,) = get_study("unbegun", study._storage).failures
+    assert failure["number"] == ghost.number and failure["retried_as"] is not None
 
 
 def test_worker_survives_a_database_outage(fleet):

@@ -264,7 +264,20 @@ def _torch_cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def torch_dtype_name(bits: int) -> str:
+def check_measurable(target: Target, bits: int) -> None:
+    """Refuse, before any training, a bit-width whose latency cannot be measured here.
+
+    Without ONNX Runtime's provider for a CUDA target, latency falls back to torch on CUDA,
+    which runs fp32 and fp16 only.
+
+    Raises:
+        UnsupportedQuantization: The candidate's bit-width cannot be timed on this host.
+    """
+    if target.kind == "cuda" and target.execution_providers[0] not in ort.get_available_providers():
+        _torch_dtype_name(bits)
+
+
+def _torch_dtype_name(bits: int) -> str:
     """The torch dtype that times a ``bits`` candidate on the torch-cuda path.
 
     Raises:
@@ -286,7 +299,7 @@ def _torch_cuda_runner(
 
     import torch
 
-    dtype = getattr(torch, torch_dtype_name(bits))
+    dtype = getattr(torch, _torch_dtype_name(bits))
     model = copy.deepcopy(torch_model).to(device="cuda", dtype=dtype).eval()
     x = torch.from_numpy(batch).to(device="cuda", dtype=dtype)
     start = torch.cuda.Event(enable_timing=True)

@@ -11,7 +11,7 @@ from torch import nn
 
 from automl.errors import SpecError, TargetUnavailable, UnsupportedQuantization
 from automl.pipeline import latency as latency_module
-from automl.pipeline.latency import latency_stats, measure_latency, torch_dtype_name
+from automl.pipeline.latency import check_measurable, latency_stats, measure_latency
 from automl.targets import load_target
 
 if TYPE_CHECKING:
@@ -130,7 +130,10 @@ def test_gpu_without_a_cuda_runtime_raises(
         measure_latency(onnx_model, load_target("h100"), samples, 1, torch_model=model)
 
 
-def test_the_torch_cuda_path_times_only_the_bit_widths_torch_can_run():
-    assert torch_dtype_name(16) == "float16" and torch_dtype_name(32) == "float32"
+def test_a_bit_width_the_torch_cuda_fallback_cannot_time_is_refused_up_front():
+    a100 = load_target("a100")  # this ONNX Runtime has no CUDA provider: torch would time it
+    check_measurable(a100, 16)
+    check_measurable(a100, 32)
     with pytest.raises(UnsupportedQuantization, match="onnxruntime-gpu"):
-        torch_dtype_name(8)  # would otherwise be timed as the fp32 model
+        check_measurable(a100, 8)  # would otherwise be timed as the fp32 model
+    check_measurable(load_target("cpu"), 8)
