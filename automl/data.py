@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,17 +70,26 @@ def load_dataset(
     return _finish(source, arrays, seed=seed, calib_size=calib_size)
 
 
+def check_source_form(source: str) -> None:
+    """Check that ``source`` names a dataset in a known form, without reading it.
+
+    Raises:
+        DataError: It is neither a built-in name, an ``.npz`` path nor ``module:function``.
+    """
+    if source not in BUILTIN_DATASETS and not source.endswith(".npz") and ":" not in source:
+        raise DataError(
+            f"unknown dataset {source!r}: use one of {list(BUILTIN_DATASETS)}, "
+            "a path to an .npz file, or 'package.module:function'"
+        )
+
+
 def _read_source(source: str, *, seed: int) -> dict[str, np.ndarray]:
+    check_source_form(source)
     if source == "digits":
         return _digits(seed)
     if source.endswith(".npz"):
         return _npz(Path(source))
-    if ":" in source:
-        return _plugin(source)
-    raise DataError(
-        f"unknown dataset {source!r}: use one of {list(BUILTIN_DATASETS)}, "
-        "a path to an .npz file, or 'package.module:function'"
-    )
+    return _plugin(source)
 
 
 def _digits(seed: int) -> dict[str, np.ndarray]:
@@ -98,7 +108,7 @@ def _npz(path: Path) -> dict[str, np.ndarray]:
     try:
         with np.load(resolved, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"dataset file {str(path)!r} is not a readable .npz: {e}") from e
 
 
@@ -108,7 +118,10 @@ def _plugin(source: str) -> dict[str, np.ndarray]:
         function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as e:
         raise DataError(f"dataset plugin {source!r} cannot be imported: {e}") from e
-    result = function()
+    try:
+        result = function()
+    except Exception as e:  # the plugin's own failure, reported as the dataset's
+        raise DataError(f"dataset plugin {source!r} failed: {type(e).__name__}: {e}") from e
     if not isinstance(result, dict):
         raise DataError(
             f"dataset plugin {source!r} must return a dict with keys {list(_REQUIRED_KEYS)}"

@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from automl.data import Dataset, load_dataset
+from automl.errors import DataError
 from automl.space import load_space
 from automl.targets import load_target
 
@@ -79,7 +80,12 @@ class StudyObjective:
             DataError: The dataset cannot be loaded.
         """
         _ = self._space_and_target
-        cached_dataset(self.spec.dataset, self.spec.seed)
+        try:
+            cached_dataset(self.spec.dataset, self.spec.seed)
+        except DataError:
+            raise
+        except Exception as e:  # whatever a plugin or a broken file raises
+            raise DataError(f"dataset {self.spec.dataset!r}: {type(e).__name__}: {e}") from e
 
     @cached_property
     def _space_and_target(self) -> tuple[SearchSpace, Target]:

@@ -6,9 +6,10 @@ import logging
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import optuna
+from optuna.trial import TrialState
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
@@ -23,6 +24,8 @@ from sqlalchemy.exc import (
 from automl.errors import SpecError, StorageUnavailable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from optuna.artifacts import FileSystemArtifactStore
     from optuna.trial import FrozenTrial
     from sqlalchemy.engine import Engine
@@ -44,34 +47,35 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     stale while it still runs. Here a lost heartbeat is logged and tried at the next interval.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._beat_at_creation: dict[int, float] = {}  # trial id → when
-
     def _create_new_trial(
         self, study_id: int, template_trial: FrozenTrial | None = None
     ) -> FrozenTrial:
-        """Create or pop a trial; one that starts running gets its first heartbeat at once.
+        """Create a trial; one created RUNNING (by ``ask``) gets its first heartbeat at once.
 
         Optuna's heartbeat thread starts only after the sampler's ``before_trial``. A worker that
         dies before that would leave a RUNNING trial without a heartbeat, which no reaper fails.
         (Optuna's trial cache calls this private method; ``create_new_trial`` does too.)
         """
         trial = super()._create_new_trial(study_id, template_trial)
-        if template_trial is None and self.heartbeat_interval is not None:
-            self.record_heartbeat(trial._trial_id)
-            self._beat_at_creation[trial._trial_id] = time.monotonic()
+        if template_trial is None:
+            self._first_heartbeat(trial._trial_id)
         return trial
 
-    def record_heartbeat(self, trial_id: int) -> None:
-        """Record that trial ``trial_id`` is alive; an unreachable storage only logs.
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        """Set a trial's state; a WAITING trial that ``ask`` pops gets its first heartbeat."""
+        changed = super().set_trial_state_values(trial_id, state, values)
+        if changed and state == TrialState.RUNNING:
+            self._first_heartbeat(trial_id)
+        return changed
 
-        The heartbeat thread's first beat, moments after the one written at creation, is
-        skipped: each trial start costs one heartbeat write, as with Optuna alone.
-        """
-        created = self._beat_at_creation.pop(trial_id, None)
-        if created is not None and time.monotonic() - created < self.heartbeat_interval / 2:
-            return
+    def _first_heartbeat(self, trial_id: int) -> None:
+        if self.heartbeat_interval is not None:
+            self.record_heartbeat(trial_id)
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        """Record that trial ``trial_id`` is alive; an unreachable storage only logs."""
         try:
             super().record_heartbeat(trial_id)
         except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:
@@ -153,7 +157,10 @@ def _connect(url: str, engine_kwargs: dict, settings: Settings) -> HeartbeatRDBS
                     heartbeat_stale_trial_callback=retry,
                 )
         except (IntegrityError, ProgrammingError) as e:
-            lost_race = getattr(e.orig, "sqlstate", None) in _ALREADY_EXISTS
+            sqlstate = getattr(e.orig, "sqlstate", None)  # SQLite's errors have none
+            lost_race = sqlstate in _ALREADY_EXISTS or (
+                sqlstate is None and isinstance(e, IntegrityError)
+            )
             if not lost_race or attempt == _CREATE_ATTEMPTS - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from automl.data import load_dataset
+from automl.data import check_source_form, load_dataset
 from automl.errors import AutomlError, SpecError
 from automl.objective import ARTIFACT_ID, FAIL_REASON
 from automl.space import load_space
@@ -80,6 +80,8 @@ def create_study(spec: StudySpec, storage: BaseStorage, *, check_data: bool = Tr
         return study
     if check_data:
         load_dataset(spec.dataset, seed=spec.seed)
+    else:
+        check_source_form(spec.dataset)
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

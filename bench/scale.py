@@ -117,7 +117,9 @@ def _fleet_member(url, name, trials, sleep_s, heartbeat_s, stagger, queue, ready
     overheads, cpu, errors = [], [], 0
     try:
         # The storage exactly as `automl worker` opens it: pre-ping, pool, heartbeats, retry.
-        storage = open_storage(url, Settings(storage=url, heartbeat_interval_s=heartbeat_s))
+        grace_s = max(120, 4 * heartbeat_s)  # the default grace, or what longer beats need
+        settings = Settings(storage=url, heartbeat_interval_s=heartbeat_s, grace_period_s=grace_s)
+        storage = open_storage(url, settings)
         # Random sampling: the point is the storage's cost, not a sampler's.
         study = optuna.load_study(
             study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler()

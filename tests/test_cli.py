@@ -143,6 +143,8 @@ def test_bad_input_is_a_clear_error(cli):
     assert out.returncode == 2 and "sampler" in out.stderr
     out = cli("study", "show", "nope", check=False)
     assert out.returncode == 2 and "no study named 'nope'" in out.stderr
+    out = cli("study", "start", "--dataset", "digts", "--detach", check=False)
+    assert out.returncode == 2 and "unknown dataset 'digts'" in out.stderr
     for command in (["study", "list"], ["worker"]):
         out = cli(*command, "--storage", "postgresql://automl@127.0.0.1:1/automl", check=False)
         assert out.returncode == 2 and "error: cannot open the storage" in out.stderr

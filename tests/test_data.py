@@ -109,6 +109,8 @@ def test_bad_sources(tmp_path):
         load_dataset("mnist")
     with pytest.raises(DataError, match="cannot be imported"):
         load_dataset("no_such_module_xyz:load")
+    with pytest.raises(DataError, match="dataset plugin 'json:loads' failed: TypeError"):
+        load_dataset("json:loads")  # raises when called without arguments
     (tmp_path / "junk.npz").write_text("not a zip")
     with pytest.raises(DataError, match=r"not a readable \.npz"):
         load_dataset(str(tmp_path / "junk.npz"))

@@ -185,10 +185,13 @@ def test_reaper_fails_stale_trials_without_live_workers(fleet):
     assert states == {"FAIL": 1, "WAITING": 1}
 
 
-def test_a_trial_whose_worker_died_before_its_heartbeat_thread_started_is_retried(fleet):
+def test_trials_whose_worker_died_before_its_heartbeat_thread_started_are_retried(fleet):
     make_study, worker = fleet
-    study = make_study("unbegun", n_trials=1)
-    ghost = study.ask()  # as if its worker died in the sampler, before Optuna's heartbeats
+    study = make_study("unbegun", n_trials=2)
+    study.enqueue_trial({"bits": 32})
+    # As if their workers died in the sampler, before Optuna's heartbeat thread started.
+    ghosts = [study.ask(), study.ask()]  # a queued trial popped, then a new one
+    assert [g.number for g in ghosts] == [0, 1]
     time.sleep(3.5)  # the grace period
     process = worker("--target", "cpu", "--studies", "unbegun")
     try:
@@ -196,9 +199,10 @@ def test_a_trial_whose_worker_died_before_its_heartbeat_thread_started_is_retrie
     finally:
         process.kill()
     assert process.returncode == 0, output
-    assert _states(study) == {"FAIL": 1, "COMPLETE": 1}
-    (failure,) = get_study("unbegun", study._storage).failures
-    assert failure["number"] == ghost.number and failure["retried_as"] is not None
+    assert _states(study) == {"FAIL": 2, "COMPLETE": 2}
+    failures = get_study("unbegun", study._storage).failures
+    assert [f["number"] for f in failures] == [g.number for g in ghosts]
+    assert all(f["retried_as"] is not None for f in failures)
 
 
 def test_worker_survives_a_database_outage(fleet):

@@ -96,8 +96,12 @@ def test_a_study_this_worker_cannot_load_does_not_block_the_others(
     data = tmp_path / "mine.npz"
     np.savez(data, **{k: getattr(digits, k) for k in ("x_train", "y_train", "x_test", "y_test")})
     _create(storage, "no-data", dataset=str(data), n_trials=1, trials_per_model=1)
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(data.read_bytes())
+    _create(storage, "corrupt", dataset=str(corrupt), n_trials=1, trials_per_model=1)
     space.unlink()  # e.g. submitted from a host whose files this worker does not have
     data.unlink()
+    corrupt.write_bytes(corrupt.read_bytes()[:2000])  # half copied: np.load raises BadZipFile
     after = _create(storage, "after", n_trials=1)
     settings = api_settings(f"sqlite:///{tmp_path / 'queue.db'}")
     stop = GracefulStop()
@@ -111,7 +115,7 @@ def test_a_study_this_worker_cannot_load_does_not_block_the_others(
     stop.requested = True  # a worker stuck on the broken study would never return
     worker.join()
     assert after.trials[0].state.name == "COMPLETE"
-    for name in ("gone", "gone-1", "no-data"):  # skipped here, not failed for every worker
+    for name in ("gone", "gone-1", "no-data", "corrupt"):  # skipped, not failed for all
         assert optuna.load_study(study_name=name, storage=storage).trials == []
 
 
