@@ -37,7 +37,7 @@ def _storage(url: str | None) -> BaseStorage:
 
 
 def _shown_url(url: str | None) -> str:
-    """The storage URL as a user may copy it: the password hidden."""
+    """The storage URL for messages, its password hidden (as ***)."""
     from sqlalchemy.engine import make_url
 
     from automl.settings import get_settings
