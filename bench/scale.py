@@ -4,7 +4,8 @@ Run: ``.venv/bin/python -m bench.scale [--trials 20] [--fleet 8 16 32] [--sleep 
 PostgreSQL on 127.0.0.1:5432 (database ``test``); each part uses a throwaway schema.
 
 (a) runs ``automl worker`` processes (one torch thread each, stage cache off) on a study of
-small MLPs, first one worker then two, and prints trials/min and the ratio.
+small MLPs, first one worker then two, and prints trials/min and the ratio. Both runs take the
+same enqueued candidates, so they do the same work whatever each worker's sampler would draw.
 (b) starts N processes that each run trials of a sleep-only objective through Optuna's RDB
 storage with heartbeats, the way workers do, and prints the storage overhead per trial
 (trial wall time minus the sleep: ask, tell, heartbeats, stale-trial checks) and errors, for
@@ -19,6 +20,7 @@ the storage.
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import os
 import random
@@ -80,6 +82,9 @@ def _real_workers(url: str, workers: int, trials: int, workdir: Path) -> tuple[f
     automl = [sys.executable, "-m", "automl"]
     subprocess.run([*automl, "study", "start", "--detach", "--name", name, "--space", str(space),
                     "--n-trials", str(trials)], env=env, check=True, capture_output=True)  # fmt: skip
+    study = optuna.load_study(study_name=name, storage=url)
+    for params in _candidates(trials):
+        study.enqueue_trial(params)
     start = time.perf_counter()
     processes = [
         subprocess.Popen(
@@ -103,6 +108,16 @@ def _real_workers(url: str, workers: int, trials: int, workdir: Path) -> tuple[f
         for done in by_worker.values()
     )  # fmt: skip
     return wall, steady
+
+
+def _candidates(count: int) -> list[dict]:
+    """The same ``count`` points of SPACE for every run, in a fixed shuffled order."""
+    grid = [
+        {"arch.width": w, "arch.depth": d, "pruning_ratio": r, "bits": b}
+        for w, d, r, b in itertools.product((32, 64, 96), (1, 2), (0.0, 0.2, 0.4), (32, 8))
+    ]
+    random.Random(0).shuffle(grid)
+    return [grid[i % len(grid)] for i in range(count)]
 
 
 def _busy_jiffies() -> int:
