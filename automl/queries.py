@@ -15,16 +15,14 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import optuna
 
-from automl.errors import AutomlError
 from automl.objective import ARTIFACT_ID
-from automl.spec import parse_spec
 from automl.studies import (
-    SPEC_ATTR,
     StudyInfo,
     StudyNotFound,
     TrialNotFound,
     get_study,
     load,
+    readable_spec,
     trial_record,
 )
 from automl.targets import is_present, load_target
@@ -70,16 +68,8 @@ def waiting_reason(info: StudyInfo) -> str | None:
 
 def study_page(storage: BaseStorage, *, offset: int, limit: int) -> tuple[int, list[StudyInfo]]:
     """One page of automl studies, oldest first, and the total number of them."""
-    names = [s.study_name for s in storage.get_all_studies() if _readable(s.user_attrs)]
+    names = [s.study_name for s in storage.get_all_studies() if readable_spec(s.user_attrs)]
     return len(names), [get_study(name, storage) for name in names[offset : offset + limit]]
-
-
-def _readable(user_attrs: dict) -> bool:
-    """Whether a study is automl's and its spec is one this version reads."""
-    try:
-        return SPEC_ATTR in user_attrs and parse_spec(user_attrs[SPEC_ATTR]) is not None
-    except AutomlError:
-        return False  # `automl study show` names the problem
 
 
 def trial_detail(name: str, storage: BaseStorage, number: int) -> dict:

@@ -22,8 +22,7 @@ from optuna.trial import TrialState
 
 from automl.errors import AutomlError
 from automl.queries import target_present
-from automl.spec import parse_spec
-from automl.studies import SPEC_ATTR, STOP_ATTR, count_states, fail_cap
+from automl.studies import SPEC_ATTR, STOP_ATTR, count_states, fail_cap, readable_spec
 from automl.worker import reap_stale_trials, run_study_loop, storage_unreachable
 
 if TYPE_CHECKING:
@@ -57,15 +56,14 @@ def runnable_studies(storage: BaseStorage, scope: Scope = Scope()) -> list[str]:
 
 
 def _runnable(study: FrozenStudy, storage: BaseStorage, scope: Scope) -> bool:
-    attrs = study.user_attrs
-    if SPEC_ATTR not in attrs or attrs.get(STOP_ATTR):
+    spec = readable_spec(study.user_attrs)
+    if spec is None or study.user_attrs.get(STOP_ATTR):
         return False
     try:
-        spec = parse_spec(attrs[SPEC_ATTR])
         if not scope.admits(study.study_name, spec.target) or not target_present(spec.target):
             return False
     except AutomlError:
-        return False  # a stored spec this version cannot read; `study show` reports it
+        return False  # a target this version does not know; `study show` reports it
     trials = storage.get_all_trials(study._study_id, deepcopy=False)
     if any(t.state == TrialState.RUNNING for t in trials):
         reap_stale_trials(optuna.load_study(study_name=study.study_name, storage=storage))

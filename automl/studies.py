@@ -105,6 +105,20 @@ def _spec_mismatch(name: str, stored: StudySpec, new: StudySpec) -> str:
     )
 
 
+def readable_spec(user_attrs: dict) -> StudySpec | None:
+    """The automl spec in a study's user attrs, or None.
+
+    None for a study automl did not create, and for a stored spec this version cannot read
+    (`automl study show` names the problem).
+    """
+    if SPEC_ATTR not in user_attrs:
+        return None
+    try:
+        return parse_spec(user_attrs[SPEC_ATTR])
+    except AutomlError:
+        return None
+
+
 def _stored_spec(storage: BaseStorage, name: str) -> StudySpec | None:
     try:
         study_id = storage.get_study_id_from_name(name)
