@@ -45,7 +45,10 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     leaves a trial that goes stale. Optuna's heartbeat thread ends at the first heartbeat that
     cannot be written; the trial would then run on unseen, and another worker would fail it as
     stale while it still runs. Here a lost heartbeat is logged and tried at the next interval.
+    The heartbeat thread's first beat, a moment after the one ``ask`` wrote, is skipped.
     """
+
+    _first_beat: tuple[int, float] | None = None  # (trial id, monotonic time) of the last one
 
     def _create_new_trial(
         self, study_id: int, template_trial: FrozenTrial | None = None
@@ -71,16 +74,31 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         return changed
 
     def _first_heartbeat(self, trial_id: int) -> None:
-        if self.heartbeat_interval is not None:
-            self.record_heartbeat(trial_id)
+        if self.heartbeat_interval is not None and self._write_heartbeat(trial_id):
+            self._first_beat = (trial_id, time.monotonic())
 
     def record_heartbeat(self, trial_id: int) -> None:
-        """Record that trial ``trial_id`` is alive; an unreachable storage only logs."""
+        """Record that trial ``trial_id`` is alive; an unreachable storage only logs.
+
+        A beat within half an interval of the trial's first one (the heartbeat thread starting
+        right after ``ask``) would write nothing new, and is skipped: a trial is stale only
+        after the grace period, at least two intervals.
+        """
+        first, self._first_beat = self._first_beat, None
+        if first is not None and first[0] == trial_id:
+            assert self.heartbeat_interval is not None
+            if time.monotonic() - first[1] < self.heartbeat_interval / 2:
+                return
+        self._write_heartbeat(trial_id)
+
+    def _write_heartbeat(self, trial_id: int) -> bool:
         try:
             super().record_heartbeat(trial_id)
         except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:
             cause = e.__cause__ or e  # Optuna's wrapper blames "invalid data in the commit"
             logger.warning("heartbeat of trial id %d not recorded: %s", trial_id, cause)
+            return False
+        return True
 
 
 def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:

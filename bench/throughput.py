@@ -35,7 +35,28 @@ def _summary(study, seconds: float) -> dict:
         "accuracy": [t.user_attrs["accuracy"] for t in trials],
         "reused_train": sum(r.get("train", False) for r in reused),
         "reused_prune": sum(r.get("prune", False) for r in reused),
+        "seconds": [t.duration.total_seconds() for t in trials],
+        "trained": [not r.get("train", False) for r in reused],
     }
+
+
+def _ceiling(on: dict, off: dict) -> str:
+    """What a trial costs with and without reused training, and the speed-up this mix allows.
+
+    The ceiling is the cache-off time over the cache-on time of the trials that trained, as if
+    every trial that reused training cost nothing.
+    """
+    trained = [s for s, t in zip(on["seconds"], on["trained"], strict=True) if t]
+    reused = [s for s, t in zip(on["seconds"], on["trained"], strict=True) if not t]
+    line = f"  trials that trained: {len(trained)} of {len(on['seconds'])}"
+    if trained and reused:
+        line += (
+            f"; mean trial {sum(trained) / len(trained):.2f} s when it trained, "
+            f"{sum(reused) / len(reused):.2f} s when it reused training"
+        )
+    if trained:
+        line += f"; ceiling at this mix {sum(off['seconds']) / sum(trained):.2f}x"
+    return line
 
 
 def main() -> None:
@@ -72,6 +93,7 @@ def main() -> None:
         stages = ", ".join(f"{k} {1000 * v:.0f}" for k, v in row["stages"].items())
         print(f"  {label} mean ms per trial: {stages}")
     print(f"  speed-up with cache: {on['per_min'] / off['per_min']:.2f}x")
+    print(_ceiling(on, off))
     gap = max(abs(a - b) for a, b in zip(on["accuracy"], off["accuracy"], strict=True))
     print(f"  front sizes {on['front']} vs {off['front']}; "
           f"largest accuracy gap between the same trials {gap:.4f}")  # fmt: skip

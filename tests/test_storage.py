@@ -41,6 +41,25 @@ def test_heartbeats_resume_after_a_storage_outage():
         assert last_beat > back["at"], (last_beat, back["at"])
 
 
+def test_a_trial_writes_its_first_heartbeat_once():
+    writes = []
+
+    def record_write(_connection, _cursor, statement, *_) -> None:
+        if "trial_heartbeats" in statement and not statement.startswith("SELECT"):
+            writes.append(statement.split()[0])
+
+    with pg_schema() as url:  # PostgreSQL's now() changes within a second; SQLite's does not
+        settings = Settings(storage=url, heartbeat_interval_s=1, grace_period_s=60)
+        storage = open_storage(url, settings)
+        sqlalchemy.event.listen(storage.engine, "before_cursor_execute", record_write)
+        study = optuna.create_study(storage=storage)
+        study.optimize(lambda trial: 1.0, n_trials=1)  # the thread's first beat repeats ask's
+        assert writes == ["INSERT"]
+        study.optimize(lambda trial: time.sleep(1.5) or 1.0, n_trials=1)  # one beat at 1 s
+        assert writes == ["INSERT", "INSERT", "UPDATE"]
+        storage.engine.dispose()
+
+
 def _open_when_released(url: str, barrier, results) -> None:
     barrier.wait()
     try:
