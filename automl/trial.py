@@ -19,7 +19,7 @@ from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
 from automl.pipeline.latency import check_measurable, measure_latency
 from automl.pipeline.prune import PruneResult, prune
-from automl.pipeline.quantize import QuantizedModel, quantize
+from automl.pipeline.quantize import STATIC_INT8_RECIPE, QuantizedModel, quantize
 from automl.pipeline.train import train
 from automl.targets import require_present
 
@@ -162,7 +162,9 @@ class _Stages:
         self.train_key = content_key("train", c.arch, c.train, self.data.fingerprint, self.seed)
         self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, self.finetune)
         int8_mode = c.int8_mode if c.bits == 8 else None
-        self.quant_key = content_key("quantize", self.prune_key, c.bits, int8_mode, OPSET)
+        self.quant_key = content_key(
+            "quantize", self.prune_key, c.bits, int8_mode, OPSET, STATIC_INT8_RECIPE
+        )
 
     def train(self) -> tuple[nn.Module, tuple[dict, ...]]:
         model = build_model(

@@ -95,7 +95,8 @@ def test_accuracy_bounds_against_fp32(results, model):
     fp32 = results[model, "fp32"][1]
     assert fp32 > 0.9  # the models really learned digits (measured: cnn 94.4 %, mlp 97.2 %)
     # fp16: within 1 point. int8 static (the 128 calibration samples) and dynamic: at most
-    # 2 points lower. Measured: every one of these equal to fp32.
+    # 2 points lower. Measured: all within 0.3 points of fp32 (cnn 94.2 %, mlp 97.2 %). Static with
+    # 8-bit weights lost 8 points on the cnn on an AVX2 host (U8S8 saturation without VNNI).
     assert abs(results[model, "fp16"][1] - fp32) <= 0.01
     assert results[model, "int8-static-qdq"][1] >= fp32 - 0.02
     assert results[model, "int8-dynamic"][1] >= fp32 - 0.02
