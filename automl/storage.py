@@ -50,6 +50,12 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 
     _first_beat: tuple[int, float] | None = None  # (trial id, monotonic time) of the last one
 
+    def __getstate__(self) -> dict:
+        """Optuna's picklable state, less the first beat: its clock is this process's."""
+        state = super().__getstate__()
+        state.pop("_first_beat", None)
+        return state
+
     def _create_new_trial(
         self, study_id: int, template_trial: FrozenTrial | None = None
     ) -> FrozenTrial:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import time
 
 import optuna
@@ -57,6 +58,8 @@ def test_a_trial_writes_its_first_heartbeat_once():
         assert writes == ["INSERT"]
         study.optimize(lambda trial: time.sleep(1.5) or 1.0, n_trials=1)  # one beat at 1 s
         assert writes == ["INSERT", "INSERT", "UPDATE"]
+        study.ask()
+        assert pickle.loads(pickle.dumps(storage))._first_beat is None  # another process's clock
         storage.engine.dispose()
 
 
