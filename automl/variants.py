@@ -2,23 +2,23 @@
 
 Training dominates a trial, and bit-width, int8 mode and serving batch do not change the
 weights. :class:`VariantSampler` wraps the study's sampler: when a trial starts, it may become a
-variant of a model on the front, with that model's params fixed (as Optuna's
-``PartialFixedSampler`` does) and the deployment knobs left to the wrapped sampler, minus the
-deployments that model already has. The stage cache then skips its training and fine-tuning.
+variant of a model on the front: that model's params with the deployment predicted to add the
+most hypervolume to the front (see :mod:`automl.front_gain`), fixed as Optuna's
+``PartialFixedSampler`` does. The stage cache then skips its training and fine-tuning.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
+
+from automl.front_gain import nondominated, predicted_gains
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,40 +30,22 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("automl.variants")
 VARIANT_OF = "variant_of"
-# Draws from the wrapped sampler before a variant takes a random untried value instead.
-_DRAWS = 8
-
-
-@dataclass(frozen=True)
-class _Variant:
-    """The params a variant takes from its parent, and the deployments its model lacks."""
-
-    fixed: dict[str, Any]
-    untried: list[dict[str, Any]] | None  # None: the space's deployments cannot be listed
-
-    def allowed(self, name: str, params: dict[str, Any]) -> list[Any] | None:
-        """Values of knob ``name`` that leave an untried deployment, given ``params`` so far."""
-        if self.untried is None:
-            return None
-        values = []
-        for deployment in self.untried:
-            agrees = all(params[k] == v for k, v in deployment.items() if k in params)
-            if agrees and name in deployment and deployment[name] not in values:
-                values.append(deployment[name])
-        return values
+# Least share of the front's hypervolume a variant must be predicted to add; below it, the
+# prediction is fitting noise.
+MIN_GAIN = 1e-3
 
 
 class VariantSampler(optuna.samplers.BaseSampler):
     """A sampler whose new trials may redeploy a model on the front.
 
     Variants start once ``startup_trials`` trials are complete: a young front says little, and
-    TPE samples its first (``n_startup_trials``) trials at random anyway. The parent is then the
-    newest complete trial that is not a variant itself, whose model is on the front (no complete
-    trial dominates it or one of its variants), and that has fewer than ``trials_per_model - 1``
-    variants and a deployment it has not tried. A variant's knobs are drawn from the wrapped
-    sampler's independent sampling, redrawn when the value would repeat a deployment of the
-    model. Enqueued and retried trials keep their own params. Nothing is queued: two workers
-    picking the same parent at once give it one variant more.
+    TPE samples its first (``n_startup_trials``) trials at random anyway. A trial then becomes
+    the variant predicted to add the most hypervolume to the front, among the untried
+    deployments of every model on the front (no complete trial dominates it or one of its
+    variants) with fewer than ``trials_per_model - 1`` variants. Where none is predicted to add
+    ``MIN_GAIN`` of the front's hypervolume, the wrapped sampler draws a new model. Spaces whose deployments cannot be listed
+    (a float knob, or too many) get no variants. Enqueued and retried trials keep their own
+    params. Nothing is queued: two workers that start at once may pick the same variant.
     """
 
     def __init__(
@@ -77,7 +59,7 @@ class VariantSampler(optuna.samplers.BaseSampler):
         self._startup = startup_trials
         self._space = space
         self._per_model = trials_per_model
-        self._variants: dict[int, _Variant] = {}
+        self._variants: dict[int, dict[str, Any]] = {}  # trial id: its fixed params
 
     def reseed_rng(self) -> None:
         self._base.reseed_rng()
@@ -93,15 +75,14 @@ class VariantSampler(optuna.samplers.BaseSampler):
             logger.exception("trial %d: no variant chosen", trial.number)
             return
         if chosen is not None:
-            parent, variant = chosen
-            self._variants[trial._trial_id] = variant
+            parent, params = chosen
+            self._variants[trial._trial_id] = params
             study._storage.set_trial_user_attr(trial._trial_id, VARIANT_OF, parent.number)
 
     def infer_relative_search_space(
         self, study: optuna.Study, trial: FrozenTrial
     ) -> dict[str, BaseDistribution]:
-        # Variants sample independently: each value can then be checked against the untried
-        # deployments, and a stateful sampler (GP) keeps one relative search space.
+        # A variant's params are all fixed; a stateful sampler (GP) keeps one relative space.
         if trial._trial_id in self._variants:
             return {}
         return self._base.infer_relative_search_space(study, trial)
@@ -118,17 +99,10 @@ class VariantSampler(optuna.samplers.BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        variant = self._variants.get(trial._trial_id)
-        if variant is None:
-            return self._base.sample_independent(study, trial, param_name, param_distribution)
-        if param_name in variant.fixed:
-            return variant.fixed[param_name]
-        allowed = variant.allowed(param_name, trial.params)
-        for _ in range(_DRAWS):
-            value = self._base.sample_independent(study, trial, param_name, param_distribution)
-            if not allowed or value in allowed:
-                return value
-        return random.Random(trial.number).choice(allowed)
+        fixed = self._variants.get(trial._trial_id, {})
+        if param_name in fixed:
+            return fixed[param_name]
+        return self._base.sample_independent(study, trial, param_name, param_distribution)
 
     def after_trial(
         self,
@@ -140,41 +114,42 @@ class VariantSampler(optuna.samplers.BaseSampler):
         self._variants.pop(trial._trial_id, None)
         self._base.after_trial(study, trial, state, values)
 
-    def _parent(self, study: optuna.Study) -> tuple[FrozenTrial, _Variant] | None:
+    def _parent(self, study: optuna.Study) -> tuple[FrozenTrial, dict[str, Any]] | None:
+        """The parent and params of the variant predicted to add most, if any adds."""
         trials = study.get_trials(deepcopy=False)
-        variants = Counter(t.user_attrs.get(VARIANT_OF) for t in trials)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
-        if len(complete) < self._startup:
+        if len(complete) < max(self._startup, 2):
             return None
         signs = [1 if d == StudyDirection.MINIMIZE else -1 for d in study.directions]
         front = _front(complete, signs)
         # Models with a trial on the front, by their parent's number.
         on_front = {t.user_attrs.get(VARIANT_OF, t.number) for t in complete if t.number in front}
-        for trial in reversed(complete):
-            if VARIANT_OF in trial.user_attrs or variants[trial.number] >= self._per_model - 1:
+        variants = Counter(t.user_attrs.get(VARIANT_OF) for t in trials)
+        candidates = []
+        for parent in complete:
+            if VARIANT_OF in parent.user_attrs or parent.number not in on_front:
                 continue
-            if trial.number in on_front:
-                variant = self._variant_of(trial, trials)
-                if variant.untried != []:
-                    return trial, variant
-        return None
+            if variants[parent.number] < self._per_model - 1:
+                fixed = self._space.model_params(parent.params)
+                candidates += [(parent, {**fixed, **d}) for d in self._untried(parent, trials)]
+        if not candidates:
+            return None
+        gains = predicted_gains(self._space, complete, signs, candidates)
+        best = int(np.argmax(gains))
+        return candidates[best] if gains[best] > MIN_GAIN else None
 
-    def _variant_of(self, parent: FrozenTrial, trials: list[FrozenTrial]) -> _Variant:
+    def _untried(self, parent: FrozenTrial, trials: list[FrozenTrial]) -> list[dict[str, Any]]:
+        """Deployments of ``parent``'s model that no trial of it has (started or done)."""
         fixed = self._space.model_params(parent.params)
-        deployments = self._space.deployments(fixed)
-        if deployments is None:
-            return _Variant(fixed, None)
+        deployments = self._space.deployments(fixed) or []
         model = [t for t in trials if parent.number in (t.number, t.user_attrs.get(VARIANT_OF))]
         tried = [{k: v for k, v in t.params.items() if k not in fixed} for t in model]
-        return _Variant(fixed, [d for d in deployments if d not in tried])
+        return [d for d in deployments if d not in tried]
 
 
 def _front(trials: list[FrozenTrial], signs: list[int]) -> set[int]:
     """Numbers of the trials that no other trial dominates (all objectives minimised by sign)."""
     if not trials:
         return set()
-    values = np.array([t.values for t in trials]) * np.array(signs)
-    no_worse = (values[:, None, :] <= values[None, :, :]).all(axis=2)  # [j, i]: j ≤ i everywhere
-    better = (values[:, None, :] < values[None, :, :]).any(axis=2)
-    dominated = (no_worse & better).any(axis=0)
-    return {t.number for t, d in zip(trials, dominated, strict=True) if not d}
+    mask = nondominated(np.array([t.values for t in trials]) * np.array(signs))
+    return {t.number for t, keep in zip(trials, mask, strict=True) if keep}

@@ -186,44 +186,31 @@ def variant_space(tmp_path):
     return str(space)
 
 
-def test_a_model_on_the_front_gets_variants_that_reuse_its_weights(env, variant_space):
+def test_a_model_on_the_front_gets_a_variant_that_reuses_its_weights(env, variant_space):
     settings, storage, store = env
-    create_study(
-        _spec(search_space=variant_space, n_trials=5, trials_per_model=3, variant_startup_trials=0),
-        storage,
+    spec = _spec(
+        search_space=variant_space, n_trials=5, trials_per_model=3, variant_startup_trials=0
     )
+    study = create_study(spec, storage)
+    for width, epochs, batch in [(16, 0, 32), (16, 0, 128), (16, 3, 32), (256, 0, 32)]:
+        study.enqueue_trial(
+            {"arch.width": width, "train.epochs": epochs, "batch_size": batch}
+            | {"pruning_ratio": 0.0, "bits": 32}
+        )
     result = run_study_loop("t", storage, artifact_store=store, settings=settings)
     assert result.reason == "done" and result.ran == 5
 
     trials = optuna.load_study(study_name="t", storage=settings.storage).trials
-    assert [t.state.name for t in trials] == ["COMPLETE"] * 5
-    parents = [t.user_attrs.get("variant_of") for t in trials]
-    # The first model is on the (empty) front and gets two variants; then a new model is drawn.
-    assert parents[:4] == [None, 0, 0, None]
-    assert not trials[0].user_attrs["reused"]["train"]
-    for trial, parent in zip(trials, parents, strict=True):
-        if parent is None:
-            continue
-        model = ("arch.width", "pruning_ratio", "train.epochs")
-        assert {k: trial.params[k] for k in model} == {k: trials[parent].params[k] for k in model}
-        assert trial.user_attrs["reused"]["train"] and trial.user_attrs["reused"]["prune"]
-    assert all(parents.count(n) <= 2 for n in range(5))
-
-
-def test_a_dominated_model_gets_no_variants(env, variant_space):
-    settings, storage, store = env
-    spec = _spec(
-        search_space=variant_space, n_trials=3, trials_per_model=2, variant_startup_trials=0
-    )
-    study = create_study(spec, storage)
-    deployment = {"pruning_ratio": 0.0, "bits": 32, "batch_size": 128}
-    study.enqueue_trial({"arch.width": 16, "train.epochs": 3, **deployment})
-    # Wider (slower at batch 128) and untrained (less accurate): dominated by the first.
-    study.enqueue_trial({"arch.width": 256, "train.epochs": 0, **deployment})
-    run_study_loop("t", storage, artifact_store=store, settings=settings)
-    trials = optuna.load_study(study_name="t", storage=storage).trials
-    assert trials[1].values[0] < trials[0].values[0] and trials[1].values[1] > trials[0].values[1]
-    assert [t.user_attrs.get("variant_of") for t in trials] == [None, None, 0]
+    # Trials 0 and 1 show what batch 128 does to a model. Trial 2 (trained) is on the front and
+    # its batch-128 deployment is predicted to extend it; trial 3 (wide, untrained) is dominated.
+    assert trials[3].values[0] < trials[2].values[0] and trials[3].values[1] > trials[2].values[1]
+    assert [t.user_attrs.get("variant_of") for t in trials] == [None, None, None, None, 2]
+    variant = trials[4]
+    model = ("arch.width", "pruning_ratio", "train.epochs")
+    assert {k: variant.params[k] for k in model} == {k: trials[2].params[k] for k in model}
+    assert variant.params["batch_size"] == 128
+    assert not trials[2].user_attrs["reused"]["train"]
+    assert variant.user_attrs["reused"]["train"] and variant.user_attrs["reused"]["prune"]
 
 
 def test_each_failure_names_the_trial_that_retried_it(tmp_path):
