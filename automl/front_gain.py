@@ -26,6 +26,9 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, Wh
 
 from automl.space import CategoricalParam, FixedParam, FloatParam, IntParam
 
+# The newest trials the model is fitted on: a Gaussian process costs O(n^3) to fit.
+MAX_FITTED = 200
+
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
@@ -42,7 +45,7 @@ def predicted_gains(
 
     Args:
         space: The study's search space, which decides the features.
-        complete: The study's complete trials, which the model is fitted on.
+        complete: The study's complete trials; the model is fitted on the newest ``MAX_FITTED``.
         signs: 1 for each objective that is minimised, -1 for each maximised.
         candidates: Parents (complete trials) with the deployment params a variant would take.
 
@@ -51,10 +54,12 @@ def predicted_gains(
     """
     encode = _Encoder(space)
     losses = np.array([t.values for t in complete]) * np.array(signs)
-    features = np.array([encode(t.params) for t in complete])
+    fitted = complete[-MAX_FITTED:]
+    features = np.array([encode(t.params) for t in fitted])
     mean, scale = features.mean(axis=0), features.std(axis=0)
     scale[scale == 0] = 1.0
-    models = [_fit((features - mean) / scale, losses[:, k]) for k in range(len(signs))]
+    targets = losses[-len(fitted) :]
+    models = [_fit((features - mean) / scale, targets[:, k]) for k in range(len(signs))]
 
     def predict(params_list: list[dict[str, Any]]) -> np.ndarray:
         x = (np.array([encode(p) for p in params_list]) - mean) / scale

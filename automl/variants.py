@@ -1,8 +1,8 @@
-"""Variants: more deployments of a model on the front, at no training cost.
+"""Variants: more deployments of a trained model, at no training cost.
 
 Training dominates a trial, and bit-width, int8 mode and serving batch do not change the
 weights. :class:`VariantSampler` wraps the study's sampler: when a trial starts, it may become a
-variant of a model on the front: that model's params with the deployment predicted to add the
+variant of a model run before: that model's params with the deployment predicted to add the
 most hypervolume to the front (see :mod:`automl.front_gain`), fixed as Optuna's
 ``PartialFixedSampler`` does. The stage cache then skips its training and fine-tuning.
 """
@@ -10,7 +10,7 @@ most hypervolume to the front (see :mod:`automl.front_gain`), fixed as Optuna's
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,7 +18,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from automl.front_gain import nondominated, predicted_gains
+from automl.front_gain import predicted_gains
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -36,16 +36,17 @@ MIN_GAIN = 1e-3
 
 
 class VariantSampler(optuna.samplers.BaseSampler):
-    """A sampler whose new trials may redeploy a model on the front.
+    """A sampler whose new trials may redeploy a model run before.
 
     Variants start once ``startup_trials`` trials are complete: a young front says little, and
     TPE samples its first (``n_startup_trials``) trials at random anyway. A trial then becomes
     the variant predicted to add the most hypervolume to the front, among the untried
-    deployments of every model on the front (no complete trial dominates it or one of its
-    variants) with fewer than ``trials_per_model - 1`` variants. Where none is predicted to add
-    ``MIN_GAIN`` of the front's hypervolume, the wrapped sampler draws a new model. Spaces whose deployments cannot be listed
-    (a float knob, or too many) get no variants. Enqueued and retried trials keep their own
-    params. Nothing is queued: two workers that start at once may pick the same variant.
+    deployments of every model with fewer than ``trials_per_model - 1`` variants (a model
+    dominated where it was measured may still extend the front at another batch size). Where
+    none is predicted to add ``MIN_GAIN`` of the front's hypervolume, the wrapped sampler draws
+    a new model. Spaces whose deployments cannot be listed (a float knob, or too many) get no
+    variants. Enqueued and retried trials keep their own params. Nothing is queued: two workers
+    that start at once may pick the same variant.
     """
 
     def __init__(
@@ -120,36 +121,24 @@ class VariantSampler(optuna.samplers.BaseSampler):
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         if len(complete) < max(self._startup, 2):
             return None
-        signs = [1 if d == StudyDirection.MINIMIZE else -1 for d in study.directions]
-        front = _front(complete, signs)
-        # Models with a trial on the front, by their parent's number.
-        on_front = {t.user_attrs.get(VARIANT_OF, t.number) for t in complete if t.number in front}
-        variants = Counter(t.user_attrs.get(VARIANT_OF) for t in trials)
+        models: dict[int, list[FrozenTrial]] = defaultdict(list)  # parent number: its trials
+        for trial in trials:
+            models[trial.user_attrs.get(VARIANT_OF, trial.number)].append(trial)
         candidates = []
         for parent in complete:
-            if VARIANT_OF in parent.user_attrs or parent.number not in on_front:
-                continue
-            if variants[parent.number] < self._per_model - 1:
-                fixed = self._space.model_params(parent.params)
-                candidates += [(parent, {**fixed, **d}) for d in self._untried(parent, trials)]
+            model = models[parent.number]
+            if VARIANT_OF not in parent.user_attrs and len(model) < self._per_model:
+                candidates += [(parent, params) for params in self._untried(parent, model)]
         if not candidates:
             return None
+        signs = [1 if d == StudyDirection.MINIMIZE else -1 for d in study.directions]
         gains = predicted_gains(self._space, complete, signs, candidates)
         best = int(np.argmax(gains))
         return candidates[best] if gains[best] > MIN_GAIN else None
 
-    def _untried(self, parent: FrozenTrial, trials: list[FrozenTrial]) -> list[dict[str, Any]]:
-        """Deployments of ``parent``'s model that no trial of it has (started or done)."""
+    def _untried(self, parent: FrozenTrial, model: list[FrozenTrial]) -> list[dict[str, Any]]:
+        """Params of the deployments of ``parent``'s model that none of its trials has."""
         fixed = self._space.model_params(parent.params)
-        deployments = self._space.deployments(fixed) or []
-        model = [t for t in trials if parent.number in (t.number, t.user_attrs.get(VARIANT_OF))]
         tried = [{k: v for k, v in t.params.items() if k not in fixed} for t in model]
-        return [d for d in deployments if d not in tried]
-
-
-def _front(trials: list[FrozenTrial], signs: list[int]) -> set[int]:
-    """Numbers of the trials that no other trial dominates (all objectives minimised by sign)."""
-    if not trials:
-        return set()
-    mask = nondominated(np.array([t.values for t in trials]) * np.array(signs))
-    return {t.number for t, keep in zip(trials, mask, strict=True) if keep}
+        deployments = self._space.deployments(fixed) or []
+        return [{**fixed, **d} for d in deployments if d not in tried]

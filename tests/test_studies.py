@@ -186,7 +186,7 @@ def variant_space(tmp_path):
     return str(space)
 
 
-def test_a_model_on_the_front_gets_a_variant_that_reuses_its_weights(env, variant_space):
+def test_the_variant_predicted_to_extend_the_front_runs_and_reuses_its_weights(env, variant_space):
     settings, storage, store = env
     spec = _spec(
         search_space=variant_space, n_trials=5, trials_per_model=3, variant_startup_trials=0
@@ -202,7 +202,8 @@ def test_a_model_on_the_front_gets_a_variant_that_reuses_its_weights(env, varian
 
     trials = optuna.load_study(study_name="t", storage=settings.storage).trials
     # Trials 0 and 1 show what batch 128 does to a model. Trial 2 (trained) is on the front and
-    # its batch-128 deployment is predicted to extend it; trial 3 (wide, untrained) is dominated.
+    # its batch-128 deployment is predicted to extend it; trial 3 (wide, untrained) would stay
+    # dominated at any batch.
     assert trials[3].values[0] < trials[2].values[0] and trials[3].values[1] > trials[2].values[1]
     assert [t.user_attrs.get("variant_of") for t in trials] == [None, None, None, None, 2]
     variant = trials[4]
