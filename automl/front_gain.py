@@ -76,7 +76,7 @@ def predicted_gains(
     points = np.array([p.values for p in parents]) * np.array(signs) + moved
     spread = losses.max(axis=0) - losses.min(axis=0)
     reference = losses.max(axis=0) + 0.1 * np.where(spread > 0, spread, 1.0)
-    front = losses[nondominated(losses)]
+    front = losses[_nondominated(losses)]
     base = compute_hypervolume(front, reference)
     points = np.minimum(points, reference)
     dominated = (front[None, :, :] <= points[:, None, :]).all(axis=2).any(axis=1)
@@ -140,7 +140,7 @@ def _scaled(value: float, log: bool) -> float:
     return math.log10(value) if log and value > 0 else float(value)
 
 
-def nondominated(losses: np.ndarray) -> np.ndarray:
+def _nondominated(losses: np.ndarray) -> np.ndarray:
     """Mask of the rows of ``losses`` (all minimised) that no other row dominates."""
     no_worse = (losses[:, None, :] <= losses[None, :, :]).all(axis=2)  # [j, i]: j ≤ i everywhere
     better = (losses[:, None, :] < losses[None, :, :]).any(axis=2)
