@@ -184,7 +184,7 @@ def start(
     space: Annotated[str | None, typer.Option(help="Search space name or YAML path.")] = None,
     dataset: Annotated[str | None, typer.Option(help="digits, an .npz path or module:fn.")] = None,
     n_trials: Annotated[int | None, typer.Option(help="COMPLETE trials to reach.")] = None,
-    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds, from the first trial.")] = None,
     sampler: Annotated[str | None, typer.Option(help="default, tpe, nsga2, random or gp.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, training and sampler.")] = None,
     storage: StorageOpt = None,

@@ -14,7 +14,6 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import optuna
@@ -22,7 +21,14 @@ from optuna.trial import TrialState
 
 from automl.errors import AutomlError
 from automl.queries import target_present
-from automl.studies import SPEC_ATTR, STOP_ATTR, count_states, fail_cap, readable_spec
+from automl.studies import (
+    SPEC_ATTR,
+    STOP_ATTR,
+    count_states,
+    fail_cap,
+    out_of_time,
+    readable_spec,
+)
 from automl.worker import reap_stale_trials, run_study_loop, storage_unreachable
 
 if TYPE_CHECKING:
@@ -71,10 +77,8 @@ def _runnable(study: FrozenStudy, storage: BaseStorage, scope: Scope) -> bool:
     counts = count_states(trials)
     if counts["FAIL"] >= fail_cap(spec):
         return False
-    if spec.timeout_s is not None:
-        started = [t.datetime_start for t in trials if t.datetime_start is not None]
-        if started and (datetime.now() - min(started)).total_seconds() >= spec.timeout_s:
-            return False
+    if out_of_time(spec, trials):
+        return False
     return spec.n_trials is None or counts["COMPLETE"] + counts["RUNNING"] < spec.n_trials
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import optuna
@@ -153,8 +154,10 @@ def count_states(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     return counts
 
 
-def study_state(spec: StudySpec, counts: dict[str, int], stop_requested: bool) -> str:
-    """queued, running, done, stopped or failed, from the counts and the stop flag."""
+def study_state(
+    spec: StudySpec, counts: dict[str, int], stop_requested: bool, out_of_time: bool = False
+) -> str:
+    """queued, running, done, stopped or failed, from the counts, stop flag and time budget."""
     if spec.n_trials is not None and counts["COMPLETE"] >= spec.n_trials:
         return "done"
     if counts["RUNNING"]:
@@ -163,7 +166,15 @@ def study_state(spec: StudySpec, counts: dict[str, int], stop_requested: bool) -
         return "stopped"
     if counts["FAIL"] >= fail_cap(spec):
         return "failed"
-    return "queued"
+    return "done" if out_of_time else "queued"
+
+
+def out_of_time(spec: StudySpec, trials: list[optuna.trial.FrozenTrial]) -> bool:
+    """Whether ``timeout_s`` has passed since the study's first trial started."""
+    started = [t.datetime_start for t in trials if t.datetime_start is not None]
+    if spec.timeout_s is None or not started:
+        return False
+    return (datetime.now() - min(started)).total_seconds() >= spec.timeout_s
 
 
 def fail_cap(spec: StudySpec) -> int:
@@ -176,7 +187,8 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
     study, spec = load(name, storage)
     trials = study.get_trials(deepcopy=False)
     counts = count_states(trials)
-    state = study_state(spec, counts, bool(study.user_attrs.get(STOP_ATTR)))
+    stop_requested = bool(study.user_attrs.get(STOP_ATTR))
+    state = study_state(spec, counts, stop_requested, out_of_time(spec, trials))
     # Optuna's retry callback appends the trial it re-runs to the retry's history.
     retries = {
         t.system_attrs["retry_history"][-1]: t.number

@@ -20,7 +20,7 @@ from automl.cache import StageCache
 from automl.objective import StudyObjective
 from automl.samplers import make_sampler
 from automl.space import load_space
-from automl.studies import STOP_ATTR, count_states, fail_cap, load
+from automl.studies import STOP_ATTR, count_states, fail_cap, load, out_of_time
 from automl.variants import VariantSampler
 
 if TYPE_CHECKING:
@@ -106,12 +106,11 @@ def run_study_loop(
     study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
     objective.check_inputs()
-    deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
     ran, outage_s = 0, 0.0
     while True:
         objective.trial_id = None  # set by the objective once a trial reaches it
         try:
-            reason = _stop_reason(study, spec, stop, deadline, ran, max_trials)
+            reason = _stop_reason(study, spec, stop, ran, max_trials)
             if reason == WAITING_ON_OTHERS and wait:
                 time.sleep(poll_s)
                 continue
@@ -174,16 +173,17 @@ def _reaped_while_running(storage: BaseStorage, trial_id: int | None, error: Exc
     return True
 
 
-def _stop_reason(study, spec, stop, deadline, ran, max_trials) -> str | None:
+def _stop_reason(study, spec, stop, ran, max_trials) -> str | None:
     if stop is not None and stop.requested:
         return "signal"
     if study._storage.get_study_user_attrs(study._study_id).get(STOP_ATTR):
         return "stopped"
-    if deadline is not None and time.monotonic() >= deadline:
-        return "timeout"
     if max_trials is not None and ran >= max_trials:
         return "max-trials"
-    counts = count_states(study.get_trials(deepcopy=False))
+    trials = study.get_trials(deepcopy=False)
+    if out_of_time(spec, trials):  # timeout_s counts from the study's first trial
+        return "timeout"
+    counts = count_states(trials)
     if counts["FAIL"] >= fail_cap(spec):
         return "too-many-failures"
     if spec.n_trials is None:

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import onnxruntime as ort
 import optuna
 import pytest
 from optuna.artifacts import download_artifact
 
 from automl.errors import SpecError
+from automl.queries import waiting_reason
+from automl.queue import Scope, runnable_studies
 from automl.settings import Settings
 from automl.spec import parse_spec
 from automl.storage import open_artifact_store, open_storage
@@ -118,6 +122,24 @@ def test_stop_request_ends_the_loop_before_any_trial(env):
     result = run_study_loop("t", storage, artifact_store=store, settings=settings)
     assert result.reason == "stopped" and result.ran == 0
     assert get_study("t", storage).state == "stopped"
+
+
+def test_a_study_whose_time_budget_has_passed_is_done_not_queued(env):
+    settings, storage, store = env
+    create_study(_spec(n_trials=5, timeout_s=60), storage)
+    study = optuna.load_study(study_name="t", storage=storage)
+    trial = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL)
+    trial.datetime_start = datetime.now() - timedelta(seconds=30)
+    study.add_trial(trial)
+    assert get_study("t", storage).state == "queued"  # 30 s of 60 spent: workers go on
+    trial.datetime_start = datetime.now() - timedelta(seconds=61)
+    study.add_trial(trial)
+    info = get_study("t", storage)
+    assert info.state == "done"
+    assert waiting_reason(info) is None
+    assert runnable_studies(storage, Scope()) == []
+    result = run_study_loop("t", storage, artifact_store=store, settings=settings)
+    assert (result.reason, result.ran) == ("timeout", 0)  # a resumed loop too
 
 
 def test_unknown_study(env):
