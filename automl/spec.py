@@ -153,8 +153,13 @@ class StudySpec(BaseModel):
 
     @property
     def metric_names(self) -> list[str]:
-        """Objective names in order, for ``study.set_metric_names``."""
+        """Objective metrics in order, as trials record them (unscaled)."""
         return [o.metric for o in self.objectives]
+
+    @property
+    def objective_names(self) -> list[str]:
+        """What Optuna (and its dashboard) sees per objective, e.g. ``log10(latency_p50_ms)``."""
+        return [f"log10({o.metric})" if o.scale == "log" else o.metric for o in self.objectives]
 
     @property
     def directions(self) -> list[str]:

@@ -86,7 +86,7 @@ def create_study(spec: StudySpec, storage: BaseStorage, *, check_data: bool = Tr
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(spec.metric_names)
+        study.set_metric_names(spec.objective_names)
     study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
     study.set_user_attr("target", target.name)
     study.set_user_attr("search_space", spec.search_space)

@@ -82,7 +82,7 @@ def detail(dashboard: str) -> tuple[int, dict]:
 def test_study_and_objective_names(detail: tuple[int, dict]) -> None:
     _, study = detail
     assert study["name"] == NAME
-    assert study["objective_names"] == ["accuracy", "latency_per_sample_ms"]
+    assert study["objective_names"] == ["accuracy", "log10(latency_per_sample_ms)"]
     assert study["directions"] == ["maximize", "minimize"]
     assert {a["key"] for a in study["user_attrs"]} >= {"automl_spec", "target", "constraints"}
     assert len(study["trials"]) == len(FEASIBLE_AND_INFEASIBLE)

@@ -10,6 +10,7 @@ def test_defaults_are_accuracy_against_per_sample_latency_with_a_tail_budget():
     spec = parse_spec({})
     assert spec.name == "digits-mixed-cpu"
     assert spec.metric_names == ["accuracy", "latency_per_sample_ms"]
+    assert spec.objective_names == ["accuracy", "log10(latency_per_sample_ms)"]
     assert spec.directions == ["maximize", "minimize"]
     assert [str(c) for c in spec.constraints] == ["latency_p99_ms <= 5"]
 
