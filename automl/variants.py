@@ -33,6 +33,8 @@ VARIANT_OF = "variant_of"
 # Least share of the front's hypervolume a variant must be predicted to add; below it, the
 # prediction is fitting noise.
 MIN_GAIN = 1e-3
+CLAIM = "automl:variant_claim"  # system attr: the params a starting variant will take
+MAX_CLAIMS = 3  # variants a trial tries to claim before it draws a new model instead
 
 
 class VariantSampler(optuna.samplers.BaseSampler):
@@ -45,8 +47,8 @@ class VariantSampler(optuna.samplers.BaseSampler):
     dominated where it was measured may still extend the front at another batch size). Where
     none is predicted to add ``MIN_GAIN`` of the front's hypervolume, the wrapped sampler draws
     a new model. Spaces whose deployments cannot be listed (a float knob, or too many) get no
-    variants. Enqueued and retried trials keep their own params. Nothing is queued: two workers
-    that start at once may pick the same variant.
+    variants. Enqueued and retried trials keep their own params. Nothing is queued; a variant is
+    claimed in its trial's system attrs, so that workers choosing at once do not run it twice.
     """
 
     def __init__(
@@ -71,7 +73,7 @@ class VariantSampler(optuna.samplers.BaseSampler):
         if "fixed_params" in trial.system_attrs or trial.params or VARIANT_OF in trial.user_attrs:
             return
         try:
-            chosen = self._parent(study)
+            chosen = self._claim(study, trial, self._ranked(study)[:MAX_CLAIMS])
         except Exception:  # a variant saves training; failing to find one must not stop a trial
             logger.exception("trial %d: no variant chosen", trial.number)
             return
@@ -115,30 +117,57 @@ class VariantSampler(optuna.samplers.BaseSampler):
         self._variants.pop(trial._trial_id, None)
         self._base.after_trial(study, trial, state, values)
 
-    def _parent(self, study: optuna.Study) -> tuple[FrozenTrial, dict[str, Any]] | None:
-        """The parent and params of the variant predicted to add most, if any adds."""
+    def _ranked(self, study: optuna.Study) -> list[tuple[FrozenTrial, dict[str, Any]]]:
+        """Parents and params of the variants predicted to add ``MIN_GAIN``, best first."""
         trials = study.get_trials(deepcopy=False)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         if len(complete) < max(self._startup, 2):
-            return None
+            return []
         models: dict[int, list[FrozenTrial]] = defaultdict(list)  # parent number: its trials
         for trial in trials:
             models[trial.user_attrs.get(VARIANT_OF, trial.number)].append(trial)
+        taken = {frozenset(_planned(t).items()) for t in trials}
         candidates = []
         for parent in complete:
-            model = models[parent.number]
-            if VARIANT_OF not in parent.user_attrs and len(model) < self._per_model:
-                candidates += [(parent, params) for params in self._untried(parent, model)]
+            if VARIANT_OF not in parent.user_attrs and len(models[parent.number]) < self._per_model:
+                candidates += [(parent, params) for params in self._untried(parent, taken)]
         if not candidates:
-            return None
+            return []
         signs = [1 if d == StudyDirection.MINIMIZE else -1 for d in study.directions]
         gains = predicted_gains(self._space, complete, signs, candidates)
-        best = int(np.argmax(gains))
-        return candidates[best] if gains[best] > MIN_GAIN else None
+        order = np.argsort(gains)[::-1]
+        return [candidates[i] for i in order if gains[i] > MIN_GAIN]
 
-    def _untried(self, parent: FrozenTrial, model: list[FrozenTrial]) -> list[dict[str, Any]]:
-        """Params of the deployments of ``parent``'s model that none of its trials has."""
+    def _claim(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        ranked: list[tuple[FrozenTrial, dict[str, Any]]],
+    ) -> tuple[FrozenTrial, dict[str, Any]] | None:
+        """The best of ``ranked`` that no other trial has claimed while this one chose.
+
+        Workers choose alone, and a choice takes a while (a Gaussian process fit), so two
+        workers may pick the same variant. Each records its pick in the trial's system attrs,
+        then looks again and gives the pick up if another trial has it. Two that look at the
+        same moment both give it up: that costs a variant, never runs one twice.
+        """
+        storage = study._storage
+        for parent, params in ranked:
+            storage.set_trial_system_attr(trial._trial_id, CLAIM, params)
+            others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+            if all(_planned(t) != params for t in others):
+                return parent, params
+        if ranked:
+            storage.set_trial_system_attr(trial._trial_id, CLAIM, {})
+        return None
+
+    def _untried(self, parent: FrozenTrial, taken: set[frozenset]) -> list[dict[str, Any]]:
+        """Params of the deployments of ``parent``'s model that no trial has or has claimed."""
         fixed = self._space.model_params(parent.params)
-        tried = [{k: v for k, v in t.params.items() if k not in fixed} for t in model]
-        deployments = self._space.deployments(fixed) or []
-        return [{**fixed, **d} for d in deployments if d not in tried]
+        deployments = [{**fixed, **d} for d in self._space.deployments(fixed) or []]
+        return [params for params in deployments if frozenset(params.items()) not in taken]
+
+
+def _planned(trial: FrozenTrial) -> dict[str, Any]:
+    """A trial's params, or a starting variant's claimed ones (it suggests them a moment later)."""
+    return trial.system_attrs.get(CLAIM) or trial.params

@@ -52,6 +52,30 @@ def test_a_variant_takes_the_deployment_predicted_to_move_the_front_most():
     assert variant.params["batch_size"] == 128
 
 
+def test_workers_that_choose_at_once_do_not_run_the_same_variant():
+    storage = optuna.storages.InMemoryStorage()
+    space = load_space("digits-mlp")
+    first = optuna.create_study(
+        storage=storage,
+        directions=["maximize", "minimize"],
+        sampler=VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 4, 0),
+    )
+    model = {"arch.width": 16, "arch.depth": 1, "pruning_ratio": 0.0, "bits": 32}
+    for width, batch in [(16, 1), (16, 32), (128, 1), (128, 32)]:
+        first.enqueue_trial({**model, "arch.width": width, "batch_size": batch})
+    first.optimize(_objective, n_trials=4)
+    second = optuna.load_study(  # another worker: its own sampler, the same storage
+        study_name=first.study_name,
+        storage=storage,
+        sampler=VariantSampler(optuna.samplers.RandomSampler(seed=1), space, 4, 0),
+    )
+    a, b = first.ask(), second.ask()  # both choose before either suggests a param
+    assert VARIANT_OF in first.trials[a.number].user_attrs
+    first.tell(a, _objective(a))
+    second.tell(b, _objective(b))
+    assert a.params != b.params
+
+
 def test_no_variant_when_the_deployment_does_not_move_the_values():
     study = _study(trials_per_model=4, startup_trials=8)
     study.optimize(lambda t: (0.5, float(load_space("digits-mlp").suggest(t).arch.width)), 16)
