@@ -64,8 +64,9 @@ def serve(
     ]
     for process in processes:
         process.start()
-    # uvicorn re-raises the signal that stopped it; SIGTERM must still reach `finally`.
-    signal.signal(signal.SIGTERM, _exit)
+    # uvicorn re-raises the signal that stopped it; SIGTERM must still reach `finally`, and a
+    # requested stop exits 0, as `automl worker` does (systemd counts 143 as a failure).
+    signal.signal(signal.SIGTERM, _stopped)
     try:
         uvicorn.run(app, host=host, port=port, log_level="info")
     finally:
@@ -76,8 +77,8 @@ def serve(
             process.join()
 
 
-def _exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
+def _stopped(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 def worker_process(storage_url: str, settings: Settings) -> None:

@@ -92,6 +92,7 @@ def test_submitted_study_runs_on_a_local_worker_and_its_model_runs_in_ort(
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    assert process.returncode == 0  # a requested stop is a clean exit
     session = ort.InferenceSession(response.content, providers=["CPUExecutionProvider"])
     x = digits.x_test[:64].astype(np.float32)
     assert x.shape == (64, 1, 8, 8)
