@@ -92,6 +92,7 @@ def work(
     max_trials: int | None = None,
     exit_when_idle: bool = False,
     poll_s: float = 2.0,
+    recheck_s: float = 60.0,
 ) -> int:
     """Run runnable studies, oldest first, until stopped, out of budget or (optionally) idle.
 
@@ -104,15 +105,19 @@ def work(
         max_trials: Trials this worker runs at most.
         exit_when_idle: Return once no study in scope is runnable, instead of polling.
         poll_s: Wait between looks at an empty queue.
+        recheck_s: A study that could not run here (e.g. its space file is missing on this
+            host) is skipped for this long, then tried again.
 
     Returns:
         How many trials this worker ran.
     """
-    ran, unusable = 0, set()
+    ran, unusable = 0, {}  # study name: when it could not run here (monotonic s)
     while not stop.requested and (max_trials is None or ran < max_trials):
         name = None
         try:
-            names = [n for n in runnable_studies(storage, scope) if n not in unusable]
+            now = time.monotonic()
+            skipped = {n for n, failed_at in unusable.items() if now - failed_at < recheck_s}
+            names = [n for n in runnable_studies(storage, scope) if n not in skipped]
             if names:
                 name = names[0]
                 result = run_study_loop(
@@ -129,8 +134,10 @@ def work(
         except Exception as e:
             if isinstance(e, AutomlError) and name is not None:
                 # E.g. its search space file is not on this host: other studies must not wait.
-                unusable.add(name)
-                logger.error("study %s cannot run on this worker, skipped: %s", name, e)
+                unusable[name] = time.monotonic()
+                logger.error(
+                    "study %s cannot run on this worker, skipped for %.0f s: %s", name, recheck_s, e
+                )
                 continue
             if not isinstance(e, AutomlError) and not storage_unreachable(e):
                 raise

@@ -119,6 +119,33 @@ def test_a_study_this_worker_cannot_load_does_not_block_the_others(
         assert optuna.load_study(study_name=name, storage=storage).trials == []
 
 
+def test_a_study_that_could_not_run_here_is_tried_again_once_its_files_arrive(
+    storage, api_settings, tmp_path
+):
+    space = tmp_path / "late.yaml"
+    text = (SEARCH_SPACES_DIR / "digits-mlp.yaml").read_text()
+    space.write_text(text)
+    late = _create(storage, "late", search_space=str(space), n_trials=1, trials_per_model=1)
+    space.unlink()  # not on this host yet
+    settings = api_settings(f"sqlite:///{tmp_path / 'queue.db'}")
+    stop = GracefulStop()
+    kwargs = {"artifact_store": open_artifact_store(settings), "settings": settings}
+    worker = threading.Thread(
+        target=work, args=(storage,),
+        kwargs={**kwargs, "stop": stop, "poll_s": 0.1, "recheck_s": 0.5},
+    )  # fmt: skip
+    worker.start()
+    time.sleep(1.0)  # the worker has found the study unusable by now
+    assert late.trials == []
+    space.write_text(text)  # e.g. the shared volume is mounted
+    deadline = time.monotonic() + 120
+    while not late.trials or late.trials[0].state.name != "COMPLETE":
+        assert time.monotonic() < deadline, "the worker never tried the study again"
+        time.sleep(0.2)
+    stop.requested = True
+    worker.join()
+
+
 def test_a_polling_worker_serves_other_studies_while_others_hold_the_last_trials(
     storage, api_settings, tmp_path
 ):
