@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,11 +33,27 @@ from automl.space import CategoricalParam, FixedParam, FloatParam, IntParam
 # The newest trials the model is fitted on, and the steps of its fit: the trial waits for both.
 MAX_FITTED = 64
 MAX_ITERATIONS = 30
+# Fits that reuse the kernel's hyperparameters before they are optimised again.
+REUSES = 4
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
+    from sklearn.gaussian_process.kernels import Kernel
 
     from automl.space import SearchSpace
+
+
+@dataclass
+class KernelCache:
+    """Fitted kernels kept between choices: optimising their hyperparameters is most of a fit.
+
+    They move little from one trial to the next, so ``REUSES`` fits in a row take the last
+    optimised ones as they are (the model still fits the new trials), then they are optimised
+    again.
+    """
+
+    kernels: list[Kernel] = field(default_factory=list)
+    reused: int = 0
 
 
 def predicted_gains(
@@ -44,6 +61,7 @@ def predicted_gains(
     complete: list[FrozenTrial],
     signs: list[int],
     candidates: list[tuple[FrozenTrial, dict[str, Any]]],
+    cache: KernelCache | None = None,
 ) -> list[float]:
     """Share of the front's hypervolume each ``(parent, deployment)`` is predicted to add.
 
@@ -52,6 +70,7 @@ def predicted_gains(
         complete: The study's complete trials; the model is fitted on the newest ``MAX_FITTED``.
         signs: 1 for each objective that is minimised, -1 for each maximised.
         candidates: Parents (complete trials) with the deployment params a variant would take.
+        cache: Kernels of earlier choices of this study, reused and updated; None fits anew.
 
     Returns:
         One gain per candidate, 0 where the predicted point is dominated.
@@ -63,7 +82,13 @@ def predicted_gains(
     mean, scale = features.mean(axis=0), features.std(axis=0)
     scale[scale == 0] = 1.0
     targets = losses[-len(fitted) :]
-    models = [_fit((features - mean) / scale, targets[:, k]) for k in range(len(signs))]
+    x = (features - mean) / scale
+    reuse = cache is not None and len(cache.kernels) == len(signs) and cache.reused < REUSES
+    kernels = cache.kernels if reuse else [None] * len(signs)
+    models = [_fit(x, targets[:, k], kernels[k]) for k in range(len(signs))]
+    if cache is not None:
+        cache.reused = cache.reused + 1 if reuse else 0
+        cache.kernels = [m.kernel_ for m in models]
 
     def predict(params_list: list[dict[str, Any]]) -> np.ndarray:
         x = (np.array([encode(p) for p in params_list]) - mean) / scale
@@ -86,14 +111,17 @@ def predicted_gains(
     ]
 
 
-def _fit(x: np.ndarray, y: np.ndarray) -> GaussianProcessRegressor:
-    # RBF for effects that depend on the model; the linear term carries a trend to knob values
-    # no trial has yet (RBF alone falls back to the mean there).
-    nonlinear = ConstantKernel() * RBF(np.full(x.shape[1], 3.0), (1e-2, 1e3))
-    kernel = nonlinear + ConstantKernel() * DotProduct() + WhiteKernel()
+def _fit(x: np.ndarray, y: np.ndarray, kernel: Kernel | None = None) -> GaussianProcessRegressor:
+    """A GP on ``x``; with a fitted ``kernel``, its hyperparameters are kept as they are."""
+    optimizer = None if kernel is not None else _optimizer
+    if kernel is None:
+        # RBF for effects that depend on the model; the linear term carries a trend to knob
+        # values no trial has yet (RBF alone falls back to the mean there).
+        nonlinear = ConstantKernel() * RBF(np.full(x.shape[1], 3.0), (1e-2, 1e3))
+        kernel = nonlinear + ConstantKernel() * DotProduct() + WhiteKernel()
     with warnings.catch_warnings():  # a length scale at its bound: that param does not matter
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return GaussianProcessRegressor(kernel, optimizer=_optimizer, normalize_y=True).fit(x, y)
+        return GaussianProcessRegressor(kernel, optimizer=optimizer, normalize_y=True).fit(x, y)
 
 
 def _optimizer(objective, theta, bounds):

@@ -18,7 +18,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from automl.front_gain import predicted_gains
+from automl.front_gain import KernelCache, predicted_gains
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,6 +63,7 @@ class VariantSampler(optuna.samplers.BaseSampler):
         self._space = space
         self._per_model = trials_per_model
         self._variants: dict[int, dict[str, Any]] = {}  # trial id: its fixed params
+        self._kernels = KernelCache()
 
     def reseed_rng(self) -> None:
         self._base.reseed_rng()
@@ -134,7 +135,7 @@ class VariantSampler(optuna.samplers.BaseSampler):
         if not candidates:
             return []
         signs = [1 if d == StudyDirection.MINIMIZE else -1 for d in study.directions]
-        gains = predicted_gains(self._space, complete, signs, candidates)
+        gains = predicted_gains(self._space, complete, signs, candidates, self._kernels)
         order = np.argsort(gains)[::-1]
         return [candidates[i] for i in order if gains[i] > MIN_GAIN]
 

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import optuna
 import pytest
 
-from automl.front_gain import predicted_gains
+from automl.front_gain import REUSES, KernelCache, predicted_gains
 from automl.space import load_space
 from automl.variants import MIN_GAIN
 
@@ -62,3 +63,21 @@ def test_the_effect_of_a_deployment_depends_on_the_model(study):
     """Batching helped every MLP and no CNN; a pooled linear trend would credit the CNN too."""
     cnn = len(study.trials) - 1
     assert _gains(study, cnn, [128])[0] < MIN_GAIN
+
+
+def test_a_kernel_cache_reuses_hyperparameters_then_optimises_them_again(study):
+    mlp = len(study.trials) - 2
+    trial = study.trials[mlp]
+    candidates = [(trial, {**trial.params, "batch_size": b}) for b in (128, 8)]
+    cache = KernelCache()
+    fresh = predicted_gains(SPACE, study.trials, SIGNS, candidates, cache)
+    optimised = np.concatenate([k.theta for k in cache.kernels])
+    for reuses in range(1, REUSES + 1):
+        again = predicted_gains(SPACE, study.trials, SIGNS, candidates, cache)
+        assert cache.reused == reuses
+        theta = np.concatenate([k.theta for k in cache.kernels])
+        assert np.array_equal(theta, optimised)  # not optimised again
+        assert again == pytest.approx(fresh)  # the same trials: the same model
+    predicted_gains(SPACE, study.trials[:-1], SIGNS, candidates, cache)
+    assert cache.reused == 0  # optimised anew, on other trials
+    assert not np.array_equal(np.concatenate([k.theta for k in cache.kernels]), optimised)
