@@ -113,8 +113,9 @@ def predicted_gains(
 
 def _fit(x: np.ndarray, y: np.ndarray, kernel: Kernel | None = None) -> GaussianProcessRegressor:
     """A GP on ``x``; with a fitted ``kernel``, its hyperparameters are kept as they are."""
-    optimizer = None if kernel is not None else _optimizer
+    optimizer = None
     if kernel is None:
+        optimizer = _optimizer
         # RBF for effects that depend on the model; the linear term carries a trend to knob
         # values no trial has yet (RBF alone falls back to the mean there).
         nonlinear = ConstantKernel() * RBF(np.full(x.shape[1], 3.0), (1e-2, 1e3))

@@ -155,7 +155,7 @@ def count_states(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
 
 
 def study_state(
-    spec: StudySpec, counts: dict[str, int], stop_requested: bool, out_of_time: bool = False
+    spec: StudySpec, counts: dict[str, int], stop_requested: bool, timed_out: bool = False
 ) -> str:
     """queued, running, done, stopped or failed, from the counts, stop flag and time budget."""
     if spec.n_trials is not None and counts["COMPLETE"] >= spec.n_trials:
@@ -166,7 +166,7 @@ def study_state(
         return "stopped"
     if counts["FAIL"] >= fail_cap(spec):
         return "failed"
-    return "done" if out_of_time else "queued"
+    return "done" if timed_out else "queued"
 
 
 def out_of_time(spec: StudySpec, trials: list[optuna.trial.FrozenTrial]) -> bool:

@@ -10,7 +10,7 @@ most hypervolume to the front (see :mod:`automl.front_gain`), fixed as Optuna's
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -124,13 +124,11 @@ class VariantSampler(optuna.samplers.BaseSampler):
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         if len(complete) < max(self._startup, 2):
             return []
-        models: dict[int, list[FrozenTrial]] = defaultdict(list)  # parent number: its trials
-        for trial in trials:
-            models[trial.user_attrs.get(VARIANT_OF, trial.number)].append(trial)
+        per_model = Counter(t.user_attrs.get(VARIANT_OF, t.number) for t in trials)  # by parent
         taken = {frozenset(_planned(t).items()) for t in trials}
         candidates = []
         for parent in complete:
-            if VARIANT_OF not in parent.user_attrs and len(models[parent.number]) < self._per_model:
+            if VARIANT_OF not in parent.user_attrs and per_model[parent.number] < self._per_model:
                 candidates += [(parent, params) for params in self._untried(parent, taken)]
         if not candidates:
             return []
