@@ -93,10 +93,9 @@ def worker(
     """
     import logging
 
-    from automl.queries import cached
     from automl.queue import Scope, work
     from automl.settings import get_settings
-    from automl.storage import open_artifact_store
+    from automl.storage import cached, open_artifact_store
     from automl.targets import is_present, list_targets, load_target, require_present
     from automl.worker import GracefulStop
 

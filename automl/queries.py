@@ -1,7 +1,7 @@
 """Read-side queries for the API and the worker queue: pages, trial details, cached fronts.
 
 A long-lived process (the API, a queue worker) should wrap its storage once with
-:func:`cached` so that finished trials are read from the database only once.
+:func:`automl.storage.cached` so that finished trials are read from the database only once.
 """
 
 from __future__ import annotations
@@ -36,15 +36,6 @@ if TYPE_CHECKING:
     from automl.spec import StudySpec
 
 _DETAIL_ATTRS = ("timings", "latency", "latency_source", "candidate", "env", "preprocessing")
-
-
-def cached(storage: BaseStorage) -> BaseStorage:
-    """Wrap an RDB storage in Optuna's trial cache; other storages are returned unchanged.
-
-    Finished trials never change, so the cache reads only new and unfinished trials on each
-    call. Keep the returned object for the life of the process.
-    """
-    return optuna.storages.get_storage(storage)
 
 
 @functools.cache

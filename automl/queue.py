@@ -97,7 +97,7 @@ def work(
     """Run runnable studies, oldest first, until stopped, out of budget or (optionally) idle.
 
     Args:
-        storage: The shared storage, ideally wrapped with :func:`automl.queries.cached`.
+        storage: The shared storage, ideally wrapped with :func:`automl.storage.cached`.
         artifact_store: Where trial models go.
         settings: Cache and related settings.
         stop: Stop flag; the running trial finishes first.

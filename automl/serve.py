@@ -88,9 +88,8 @@ def worker_process(storage_url: str, settings: Settings) -> None:
         storage_url: SQLAlchemy URL of the study storage.
         settings: The server's settings (artifacts, cache, heartbeats).
     """
-    from automl.queries import cached
     from automl.queue import work
-    from automl.storage import open_artifact_store, open_storage
+    from automl.storage import cached, open_artifact_store, open_storage
     from automl.worker import GracefulStop
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import optuna
+from optuna.storages._cached_storage import _CachedStorage
+from optuna.storages._rdb.models import TrialHeartbeatModel, TrialModel
 from optuna.trial import TrialState
-from sqlalchemy import event
+from sqlalchemy import event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -24,9 +27,10 @@ from sqlalchemy.exc import (
 from automl.errors import SpecError, StorageUnavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Container, Sequence
 
     from optuna.artifacts import FileSystemArtifactStore
+    from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
     from sqlalchemy.engine import Engine
 
@@ -80,7 +84,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         return changed
 
     def _first_heartbeat(self, trial_id: int) -> None:
-        if self.heartbeat_interval is not None and self._write_heartbeat(trial_id):
+        if self.heartbeat_interval is not None and self._write_heartbeat(trial_id, first=True):
             self._first_beat = (trial_id, time.monotonic())
 
     def record_heartbeat(self, trial_id: int) -> None:
@@ -97,14 +101,89 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
                 return
         self._write_heartbeat(trial_id)
 
-    def _write_heartbeat(self, trial_id: int) -> bool:
+    def has_waiting_trials(self, study_id: int) -> bool:
+        """Whether study ``study_id`` has an enqueued (WAITING) trial: one indexed query."""
+        query = (
+            select(TrialModel.trial_id)
+            .where(TrialModel.study_id == study_id, TrialModel.state == TrialState.WAITING)
+            .limit(1)
+        )
+        with self.engine.connect() as connection:
+            return connection.execute(query).first() is not None
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """Optuna's stale trials (RUNNING, last heartbeat over the grace period ago), in a query.
+
+        Optuna loads every RUNNING trial of the study and its heartbeat as ORM objects, at the
+        start of every trial; this compares in the database and returns only the ids.
+        """
+        assert self.heartbeat_interval is not None
+        grace_s = (
+            self.grace_period if self.grace_period is not None else 2 * self.heartbeat_interval
+        )
+        beat = TrialHeartbeatModel
+        with self.engine.connect() as connection:
+            now = connection.execute(select(func.now())).scalar_one().replace(tzinfo=None)
+            query = (
+                select(TrialModel.trial_id)
+                .join(beat, beat.trial_id == TrialModel.trial_id)
+                .where(TrialModel.study_id == study_id, TrialModel.state == TrialState.RUNNING)
+                .where(beat.heartbeat < now - timedelta(seconds=grace_s))
+            )
+            return list(connection.execute(query).scalars())
+
+    def _write_heartbeat(self, trial_id: int, *, first: bool = False) -> bool:
+        """Set the trial's heartbeat to the database's clock: an insert first, then updates.
+
+        Optuna's own takes five statements (two reads, a read for update, the clock, the update).
+        Only the trial's worker writes its heartbeat, so update-else-insert does not race.
+        """
+        beat, now = TrialHeartbeatModel, func.now()
         try:
-            super().record_heartbeat(trial_id)
+            with self.engine.begin() as connection:
+                update_beat = update(beat).where(beat.trial_id == trial_id).values(heartbeat=now)
+                if first or connection.execute(update_beat).rowcount == 0:
+                    connection.execute(insert(beat).values(trial_id=trial_id, heartbeat=now))
         except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:
             cause = e.__cause__ or e  # Optuna's wrapper blames "invalid data in the commit"
             logger.warning("heartbeat of trial id %d not recorded: %s", trial_id, cause)
             return False
         return True
+
+
+class TrialCache(_CachedStorage):
+    """Optuna's trial cache, whose check for enqueued trials is one query.
+
+    Each ``ask`` looks for WAITING trials, and Optuna's cache answers by reading every
+    unfinished trial of the study again, with its params and attrs: with 32 workers on a study,
+    32 RUNNING trials per ``ask`` (15 ms of a worker's CPU). Here a study with no WAITING trial
+    answers at once; one with some is read as before.
+    """
+
+    _backend: HeartbeatRDBStorage
+
+    def get_all_trials(
+        self,
+        study_id: int,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+    ) -> list[FrozenTrial]:
+        """Optuna's ``get_all_trials``; a query for WAITING trials only may skip the read."""
+        waiting_only = states is not None and list(states) == [TrialState.WAITING]
+        if waiting_only and not self._backend.has_waiting_trials(study_id):
+            return []
+        return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+
+
+def cached(storage: BaseStorage) -> BaseStorage:
+    """Wrap an RDB storage in Optuna's trial cache; other storages are returned unchanged.
+
+    Finished trials never change, so the cache reads only new and unfinished trials on each
+    call. Keep the returned object for the life of the process.
+    """
+    if isinstance(storage, HeartbeatRDBStorage):
+        return TrialCache(storage)
+    return optuna.storages.get_storage(storage)
 
 
 def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:

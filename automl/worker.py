@@ -20,6 +20,7 @@ from automl.cache import StageCache
 from automl.objective import StudyObjective
 from automl.samplers import make_sampler
 from automl.space import load_space
+from automl.storage import cached
 from automl.studies import STOP_ATTR, count_states, fail_cap, load, out_of_time
 from automl.variants import VariantSampler
 
@@ -103,7 +104,7 @@ def run_study_loop(
     if spec.trials_per_model > 1:
         space = load_space(spec.search_space)
         sampler = VariantSampler(sampler, space, spec.trials_per_model, spec.variant_startup_trials)
-    study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
     objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
     objective.check_inputs()
     ran, outage_s = 0, 0.0

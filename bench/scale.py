@@ -39,7 +39,7 @@ import optuna
 import psycopg
 
 from automl.settings import Settings
-from automl.storage import open_storage
+from automl.storage import cached, open_storage
 
 PG = "host=127.0.0.1 port=5432 dbname=test user=postgres"
 SPACE = """name: scale
@@ -133,10 +133,10 @@ def _fleet_member(url, name, trials, sleep_s, heartbeat_s, stagger, queue, ready
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     overheads, cpu, errors = [], [], 0
     try:
-        # The storage exactly as `automl worker` opens it: pre-ping, pool, heartbeats, retry.
+        # The storage exactly as `automl worker` opens it: pre-ping, pool, heartbeats, retry, cache.
         grace_s = max(120, 4 * heartbeat_s)  # the default grace, or what longer beats need
         settings = Settings(storage=url, heartbeat_interval_s=heartbeat_s, grace_period_s=grace_s)
-        storage = open_storage(url, settings)
+        storage = cached(open_storage(url, settings))
         # Random sampling: the point is the storage's cost, not a sampler's.
         study = optuna.load_study(
             study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler()

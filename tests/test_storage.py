@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import time
+from datetime import timedelta
 
 import optuna
 import pytest
@@ -13,7 +14,7 @@ from conftest import PgProxy, pg_schema
 
 from automl.errors import SpecError, StorageUnavailable
 from automl.settings import Settings
-from automl.storage import open_storage
+from automl.storage import TrialCache, cached, open_storage
 
 
 def test_heartbeats_resume_after_a_storage_outage():
@@ -61,6 +62,60 @@ def test_a_trial_writes_its_first_heartbeat_once():
         study.ask()
         assert pickle.loads(pickle.dumps(storage))._first_beat is None  # another process's clock
         storage.engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'study.db'}"
+    else:
+        with pg_schema() as url:
+            yield url
+
+
+def test_stale_trials_are_the_ones_optuna_finds(storage_url):
+    storage = open_storage(storage_url, Settings(heartbeat_interval_s=1, grace_period_s=60))
+    study = optuna.create_study(storage=storage)
+    stale, finished, alive = (study.ask() for _ in range(3))
+    study.tell(finished, 1.0)
+    with storage.engine.begin() as connection:
+        now = connection.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one()
+        beats = sqlalchemy.table("trial_heartbeats", sqlalchemy.column("trial_id"),
+                                 sqlalchemy.column("heartbeat"))  # fmt: skip
+        for trial, age_s in ((stale, 61), (finished, 3600), (alive, 59)):
+            connection.execute(
+                beats.update()
+                .where(beats.c.trial_id == trial._trial_id)
+                .values(heartbeat=now.replace(tzinfo=None) - timedelta(seconds=age_s))
+            )
+    ours = storage._get_stale_trial_ids(study._study_id)
+    assert ours == optuna.storages.RDBStorage._get_stale_trial_ids(storage, study._study_id)
+    assert ours == [stale._trial_id]
+    storage.engine.dispose()
+
+
+def test_the_trial_cache_looks_for_enqueued_trials_in_one_query():
+    with pg_schema() as url:
+        settings = Settings(storage=url, heartbeat_interval_s=1, grace_period_s=60)
+        other = optuna.create_study(storage=open_storage(url, settings))
+        for _ in range(3):
+            other.ask()  # RUNNING trials of other workers
+        storage = cached(open_storage(url, settings))
+        assert isinstance(storage, TrialCache)
+        statements = []
+        sqlalchemy.event.listen(
+            storage._backend.engine,
+            "before_cursor_execute",
+            lambda _conn, _cur, statement, *_: statements.append(statement),
+        )
+        waiting = (optuna.trial.TrialState.WAITING,)
+        assert storage.get_all_trials(other._study_id, states=waiting) == []
+        assert len(statements) == 1
+        other.enqueue_trial({"x": 0.5})
+        study = optuna.load_study(study_name=other.study_name, storage=storage)
+        assert study.ask().suggest_float("x", 0, 1) == 0.5  # the enqueued trial is popped
+        assert storage.get_all_trials(other._study_id, states=waiting) == []
+        storage._backend.engine.dispose()
 
 
 def _open_when_released(url: str, barrier, results) -> None:

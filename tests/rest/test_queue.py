@@ -8,11 +8,10 @@ import optuna
 import pytest
 from conftest import PgProxy, pg_schema
 
-from automl.queries import cached
 from automl.queue import Reaper, runnable_studies, work
 from automl.space import SEARCH_SPACES_DIR
 from automl.spec import parse_spec
-from automl.storage import open_artifact_store, open_storage
+from automl.storage import cached, open_artifact_store, open_storage
 from automl.studies import create_study, request_stop
 from automl.worker import GracefulStop
 
