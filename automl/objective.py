@@ -68,6 +68,9 @@ class StudyObjective:
             # Recorded for `study show` and the API; Optuna then marks the trial FAIL.
             trial.set_user_attr(FAIL_REASON, f"{type(e).__name__}: {e}")
             raise
+        except KeyboardInterrupt:  # a second Ctrl-C: Optuna marks the trial FAIL and re-raises
+            trial.set_user_attr(FAIL_REASON, "interrupted: a second Ctrl-C aborted the trial")
+            raise
 
     def check_inputs(self) -> None:
         """Load the space, target and dataset before any trial.

@@ -50,6 +50,7 @@ class GracefulStop:
 
     def _handle(self, signum: int, _frame: object) -> None:
         if self.requested and signum == signal.SIGINT:
+            logger.warning("second Ctrl-C: aborting; a running trial is marked FAIL")
             raise KeyboardInterrupt
         self.requested = True
         logger.warning("stop requested: finishing the running trial, then exiting")

@@ -151,12 +151,13 @@ def test_bad_input_is_a_clear_error(cli):
         assert "Traceback" not in out.stderr
 
 
-def _count_complete(storage: str) -> int:
-    """COMPLETE trials, read-only: polling must not take write locks from the CLI under test."""
+def _count_state(storage: str, state: str) -> int:
+    """Trials in ``state``, read-only: polling must not take write locks from the CLI under test."""
     path = storage.removeprefix("sqlite:///")
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            return db.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+            query = "SELECT count(*) FROM trials WHERE state = ?"
+            return db.execute(query, (state,)).fetchone()[0]
     except sqlite3.OperationalError:  # no file or no tables yet
         return 0
 
@@ -167,7 +168,7 @@ def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
         args, cwd=tmp_path, env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
-    while _count_complete(cli.storage) < 2 and time.monotonic() < deadline:
+    while _count_state(cli.storage, "COMPLETE") < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -201,7 +202,7 @@ def test_sigterm_stops_study_start_and_its_jobs_after_their_trials(cli, tmp_path
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 300
-    while _count_complete(cli.storage) < 2 and time.monotonic() < deadline:
+    while _count_state(cli.storage, "COMPLETE") < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     process.send_signal(signal.SIGTERM)  # as `kill`, systemd or docker stop send it: to one pid
     stderr = process.communicate(timeout=120)[1]
@@ -209,6 +210,34 @@ def test_sigterm_stops_study_start_and_its_jobs_after_their_trials(cli, tmp_path
     trials = optuna.load_study(study_name="t", storage=cli.storage).trials
     assert not [t for t in trials if t.state.name in ("RUNNING", "FAIL")]
     assert sum(t.state.name == "COMPLETE" for t in trials) < 20
+
+
+def test_a_second_ctrl_c_aborts_the_running_trial_and_records_why(cli, tmp_path):
+    slow = tmp_path / "slow.yaml"  # one long trial, so that both signals land inside it
+    slow.write_text(
+        "name: slow\nparams:\n  arch.family: {type: fixed, value: cnn}\n"
+        "  arch.width: {type: fixed, value: 48}\n  arch.depth: {type: fixed, value: 3}\n"
+        "  arch.kernel_size: {type: fixed, value: 5}\n  train.epochs: {type: fixed, value: 100}\n"
+    )
+    args = [*AUTOML, "study", "start", "--space", str(slow), "--n-trials", "1", "--name", "c"]
+    process = subprocess.Popen(
+        args, cwd=tmp_path, env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while _count_state(cli.storage, "RUNNING") == 0:
+        assert process.poll() is None and time.monotonic() < deadline, "no trial started"
+        time.sleep(0.2)
+    time.sleep(1)  # into training
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=60)[1]
+    assert process.returncode == 130, stderr
+    assert "second Ctrl-C" in stderr
+    (trial,) = optuna.load_study(study_name="c", storage=cli.storage).trials
+    assert trial.state.name == "FAIL"
+    assert trial.user_attrs["fail_reason"].startswith("interrupted")
 
 
 def test_one_spec_on_two_targets_and_compare(cli):
