@@ -28,7 +28,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, WhiteKernel
 
-from automl.space import CategoricalParam, FixedParam, FloatParam, IntParam
+from automl.space import CategoricalParam, FloatParam, IntParam
 
 # The newest trials the model is fitted on, and the steps of its fit: the trial waits for both.
 MAX_FITTED = 64
@@ -95,8 +95,10 @@ def predicted_gains(
         return np.stack([m.predict(x) for m in models], axis=1)
 
     parents = [parent for parent, _ in candidates]
-    moved = predict([{**p.params, **d} for p, d in candidates]) - predict(
-        [p.params for p in parents]
+    unique = {p.number: p for p in parents}  # a parent has many candidates: predict it once
+    at_parent = dict(zip(unique, predict([p.params for p in unique.values()]), strict=True))
+    moved = predict([{**p.params, **d} for p, d in candidates]) - np.array(
+        [at_parent[p.number] for p in parents]
     )
     points = np.array([p.values for p in parents]) * np.array(signs) + moved
     spread = losses.max(axis=0) - losses.min(axis=0)
@@ -144,20 +146,27 @@ class _Encoder:
     """
 
     def __init__(self, space: SearchSpace) -> None:
-        self._params = {
-            name: p for name, p in space.params.items() if not isinstance(p, FixedParam)
-        }
+        # (name, how to encode it, its choices): decided once, as encoding runs per candidate.
+        self._columns: list[tuple[str, str, tuple]] = []
+        for name, param in space.params.items():
+            if isinstance(param, CategoricalParam):
+                ordered = all(map(_positive_number, param.choices))
+                self._columns.append((name, "log2" if ordered else "onehot", param.choices))
+            elif isinstance(param, IntParam | FloatParam):
+                self._columns.append((name, "log10" if param.log else "linear", ()))
 
     def __call__(self, params: dict[str, Any]) -> list[float]:
         row: list[float] = []
-        for name, param in self._params.items():
+        for name, kind, choices in self._columns:
             value = params.get(name)
-            if isinstance(param, CategoricalParam) and all(map(_positive_number, param.choices)):
-                row.append(math.log2(value) if value is not None else 0.0)
-            elif isinstance(param, CategoricalParam):
-                row += [float(value == choice) for choice in param.choices]
-            elif isinstance(param, IntParam | FloatParam):
-                row.append(0.0 if value is None else _scaled(value, param.log))
+            if kind == "onehot":
+                row += [float(value == choice) for choice in choices]
+            elif value is None:
+                row.append(0.0)
+            elif kind == "log2":
+                row.append(math.log2(value))
+            else:
+                row.append(_scaled(value, kind == "log10"))
         return row
 
 
