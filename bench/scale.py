@@ -13,7 +13,8 @@ storage with heartbeats, the way workers do, and prints the storage overhead per
 (trial wall time minus the sleep: ask, tell, heartbeats, stale-trial checks) and errors, for
 each sleep length. Members start their first trial at a random point within one trial
 length, as a fleet in steady state does (``--no-stagger``: all at once, the thundering herd of
-a fleet started in the same second). It also prints the machine's CPU time per trial (clients
+a fleet started in the same second), and stay up until all are done, as a fleet's workers
+do, so that no process exit is counted. It also prints the machine's CPU time per trial (clients
 and PostgreSQL, from /proc/stat): when workers / (sleep + overhead) trials per second need
 more CPU than the cores have, the overhead measured is queueing for this machine's CPU, not
 the storage.
@@ -144,6 +145,7 @@ def _fleet_member(url, name, trials, sleep_s, heartbeat_s, stagger, queue, ready
     except Exception:  # counted and reported; the bench goes on
         ready.wait()
         queue.put(([], [], trials))
+        ready.wait()
         return
     ready.wait()  # every member is set up
     if stagger:  # desynchronised, as trials of different lengths leave a running fleet
@@ -158,6 +160,7 @@ def _fleet_member(url, name, trials, sleep_s, heartbeat_s, stagger, queue, ready
         overheads.append(time.perf_counter() - start - sleep_s)
         cpu.append(time.process_time() - start_cpu)
     queue.put((overheads, cpu, errors))
+    ready.wait()  # a fleet's workers live on: exiting (~0.3 s of CPU) is not part of a trial
 
 
 def _fleet(url: str, workers: int, sleep_s: float, args: argparse.Namespace) -> dict:
@@ -172,9 +175,10 @@ def _fleet(url: str, workers: int, sleep_s: float, args: argparse.Namespace) -> 
     ready.wait()  # start-up (imports, connections) is not part of the measurement
     busy, start = _busy_jiffies(), time.perf_counter()
     results = [queue.get() for _ in processes]
+    busy, seconds = _busy_jiffies() - busy, time.perf_counter() - start
+    ready.wait()  # now the members may exit
     for process in processes:
         process.join()
-    busy, seconds = _busy_jiffies() - busy, time.perf_counter() - start
     overheads = [o for member, _, _ in results for o in member]
     cpu = [c for _, member, _ in results for c in member]
     measured_trials = len(overheads) + sum(e for _, _, e in results)

@@ -118,6 +118,27 @@ def test_the_trial_cache_looks_for_enqueued_trials_in_one_query():
         storage._backend.engine.dispose()
 
 
+def test_the_trial_cache_does_not_read_back_a_trial_it_just_created():
+    with pg_schema() as url:
+        settings = Settings(storage=url, heartbeat_interval_s=1, grace_period_s=60)
+        storage = cached(open_storage(url, settings))
+        study = optuna.create_study(storage=storage)
+        trial_id = storage.create_new_trial(study._study_id)
+        statements = []
+        engine = storage._backend.engine
+        sqlalchemy.event.listen(
+            engine, "before_cursor_execute", lambda *args: statements.append(args[2])
+        )
+        created = storage.get_trial(trial_id)
+        assert statements == []
+        assert created == storage._backend.get_trial(trial_id)  # what the database holds
+        statements.clear()
+        storage.set_trial_param(trial_id, "x", 0.5, optuna.distributions.FloatDistribution(0, 1))
+        assert storage.get_trial(trial_id).params == {"x": 0.5}  # later reads go to the database
+        assert statements
+        engine.dispose()
+
+
 def _open_when_released(url: str, barrier, results) -> None:
     barrier.wait()
     try:
