@@ -47,10 +47,11 @@ _ALREADY_EXISTS = {"42P07", "42710", "23505"}
 class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     """An RDB storage whose heartbeats cover a trial's whole run and outlive a storage outage.
 
-    A trial gets its first heartbeat when it is created (in the same transaction), so a worker that dies at any point
-    leaves a trial that goes stale. Optuna's heartbeat thread ends at the first heartbeat that
-    cannot be written; the trial would then run on unseen, and another worker would fail it as
-    stale while it still runs. Here a lost heartbeat is logged and tried at the next interval.
+    A trial gets its first heartbeat when it is created (in the same transaction), so a worker
+    that dies at any point leaves a trial that goes stale. Optuna's heartbeat thread ends at the
+    first heartbeat that cannot be written; the trial would then run on unseen, and another
+    worker would fail it as stale while it still runs. Here a lost heartbeat is logged and tried
+    at the next interval.
     The heartbeat thread's first beat, a moment after the one ``ask`` wrote, is skipped.
     """
 
