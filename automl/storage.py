@@ -128,6 +128,9 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 
         Optuna loads every RUNNING trial of the study and its heartbeat as ORM objects, at the
         start of every trial; this compares in the database and returns only the ids.
+        PostgreSQL stores heartbeats as the session's local time, so the clock read is too
+        (``LOCALTIMESTAMP``): Optuna's ``now()`` comes back in UTC when the client cannot
+        resolve the session's time zone, and fresh trials then looked hours old.
         """
         assert self.heartbeat_interval is not None
         grace_s = (
@@ -135,7 +138,8 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         )
         beat = TrialHeartbeatModel
         with self.engine.connect() as connection:
-            now = connection.execute(select(func.now())).scalar_one().replace(tzinfo=None)
+            clock = func.localtimestamp() if self.engine.name == "postgresql" else func.now()
+            now = connection.execute(select(clock)).scalar_one().replace(tzinfo=None)
             query = (
                 select(TrialModel.trial_id)
                 .join(beat, beat.trial_id == TrialModel.trial_id)

@@ -94,6 +94,16 @@ def test_stale_trials_are_the_ones_optuna_finds(storage_url):
     storage.engine.dispose()
 
 
+def test_a_fresh_trial_is_not_stale_in_a_time_zone_the_client_cannot_resolve():
+    with pg_schema() as url:
+        west = url + "%20-ctimezone%3D%3C-05%3E%2B05"  # POSIX zone: psycopg falls back to UTC
+        storage = open_storage(west, Settings(heartbeat_interval_s=1, grace_period_s=60))
+        study = optuna.create_study(storage=storage)
+        study.ask()
+        assert storage._get_stale_trial_ids(study._study_id) == []
+        storage.engine.dispose()
+
+
 def test_the_trial_cache_looks_for_enqueued_trials_in_one_query():
     with pg_schema() as url:
         settings = Settings(storage=url, heartbeat_interval_s=1, grace_period_s=60)
