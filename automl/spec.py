@@ -113,8 +113,8 @@ class StudySpec(BaseModel):
 
     ``trials_per_model``: a model (architecture, training, pruning) on the front is deployed by
     up to that many trials in all; see :class:`automl.variants.VariantSampler`. 1 makes every
-    trial draw a new model. ``variant_startup_trials``: complete trials before the first variant,
-    so that the front (and the sampler, as TPE's startup trials) first sees that many models.
+    trial draw a new model. ``variant_startup_trials``: complete trials before variants are
+    predicted; until then each new model is redeployed once, at random.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -126,7 +126,7 @@ class StudySpec(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0)
     sampler: Literal["default", "tpe", "nsga2", "random", "gp"] = "default"
     seed: int = 0
-    trials_per_model: int = Field(default=4, ge=1)
+    trials_per_model: int = Field(default=6, ge=1)
     variant_startup_trials: int = Field(default=10, ge=0)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: list[Constraint] = Field(default_factory=_default_constraints)

@@ -40,13 +40,14 @@ MAX_CLAIMS = 3  # variants a trial tries to claim before it draws a new model in
 class VariantSampler(optuna.samplers.BaseSampler):
     """A sampler whose new trials may redeploy a model run before.
 
-    Variants start once ``startup_trials`` trials are complete: a young front says little, and
-    TPE samples its first (``n_startup_trials``) trials at random anyway. A trial then becomes
-    the variant predicted to add the most hypervolume to the front, among the untried
-    deployments of every model with fewer than ``trials_per_model - 1`` variants (a model
-    dominated where it was measured may still extend the front at another batch size). Where
-    none is predicted to add ``MIN_GAIN`` of the front's hypervolume, the wrapped sampler draws
-    a new model. Spaces whose deployments cannot be listed (a float knob, or too many) get no
+    Until ``startup_trials`` trials are complete, the front says little and TPE samples at random
+    anyway (its ``n_startup_trials``), so each new model, once complete, is redeployed once at
+    a random deployment it has not tried: as many deployments are seen as with new models
+    only, for half the training. After that, a trial becomes the variant predicted to add the
+    most hypervolume to the front, among the untried deployments of every model with fewer
+    than ``trials_per_model - 1`` variants (a model dominated where it was measured may still
+    extend the front at another batch size). Where none is predicted to add ``MIN_GAIN`` of
+    the front's hypervolume, the wrapped sampler draws a new model. Spaces whose deployments cannot be listed (a float knob, or too many) get no
     variants. Enqueued and retried trials keep their own params. Nothing is queued; a variant is
     claimed in its trial's system attrs, so that workers choosing at once do not run it twice.
     """
@@ -57,8 +58,11 @@ class VariantSampler(optuna.samplers.BaseSampler):
         space: SearchSpace,
         trials_per_model: int,
         startup_trials: int,
+        seed: int = 0,
     ) -> None:
+        """Wrap ``base``; ``seed`` orders the deployments tried during startup."""
         self._base = base
+        self._seed = seed
         self._startup = startup_trials
         self._space = space
         self._per_model = trials_per_model
@@ -74,7 +78,7 @@ class VariantSampler(optuna.samplers.BaseSampler):
         if "fixed_params" in trial.system_attrs or trial.params or VARIANT_OF in trial.user_attrs:
             return
         try:
-            chosen = self._claim(study, trial, self._ranked(study)[:MAX_CLAIMS])
+            chosen = self._claim(study, trial, self._ranked(study, trial)[:MAX_CLAIMS])
         except Exception:  # a variant saves training; failing to find one must not stop a trial
             logger.exception("trial %d: no variant chosen", trial.number)
             return
@@ -118,14 +122,21 @@ class VariantSampler(optuna.samplers.BaseSampler):
         self._variants.pop(trial._trial_id, None)
         self._base.after_trial(study, trial, state, values)
 
-    def _ranked(self, study: optuna.Study) -> list[tuple[FrozenTrial, dict[str, Any]]]:
-        """Parents and params of the variants predicted to add ``MIN_GAIN``, best first."""
+    def _ranked(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> list[tuple[FrozenTrial, dict[str, Any]]]:
+        """Parents and params of the variants predicted to add ``MIN_GAIN``, best first.
+
+        During startup, the random redeployment of a new model instead.
+        """
         trials = study.get_trials(deepcopy=False)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
-        if len(complete) < max(self._startup, 2):
-            return []
         per_model = Counter(t.user_attrs.get(VARIANT_OF, t.number) for t in trials)  # by parent
         taken = {frozenset(_planned(t).items()) for t in trials}
+        if len(complete) < self._startup:
+            return self._startup_variants(complete, per_model, taken, trial)
+        if len(complete) < 2:
+            return []
         candidates = []
         for parent in complete:
             if VARIANT_OF not in parent.user_attrs and per_model[parent.number] < self._per_model:
@@ -159,6 +170,24 @@ class VariantSampler(optuna.samplers.BaseSampler):
         if ranked:
             storage.set_trial_system_attr(trial._trial_id, CLAIM, {})
         return None
+
+    def _startup_variants(
+        self,
+        complete: list[FrozenTrial],
+        per_model: Counter,
+        taken: set[frozenset],
+        trial: FrozenTrial,
+    ) -> list[tuple[FrozenTrial, dict[str, Any]]]:
+        """The untried deployments of the oldest complete model with no variant, shuffled.
+
+        Too few trials are in for a prediction, so the order is random (seeded per trial).
+        """
+        lone = [t for t in complete if VARIANT_OF not in t.user_attrs and per_model[t.number] == 1]
+        if not lone:
+            return []
+        params = self._untried(lone[0], taken)
+        order = np.random.default_rng([self._seed, trial.number]).permutation(len(params))
+        return [(lone[0], params[i]) for i in order]
 
     def _untried(self, parent: FrozenTrial, taken: set[frozenset]) -> list[dict[str, Any]]:
         """Params of the deployments of ``parent``'s model that no trial has or has claimed."""

@@ -104,7 +104,9 @@ def run_study_loop(
     logger.info("study %s: sampler %s, seed %d", name, spec.sampler, spec.seed + offset)
     if spec.trials_per_model > 1:
         space = load_space(spec.search_space)
-        sampler = VariantSampler(sampler, space, spec.trials_per_model, spec.variant_startup_trials)
+        sampler = VariantSampler(
+            sampler, space, spec.trials_per_model, spec.variant_startup_trials, spec.seed + offset
+        )
     study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
     objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
     objective.check_inputs()

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python bench/search.py [--trials 40] [--seeds 0 1 2] [--png bench/out/hv.png]``.
 Every sampler runs the same budget on ``digits-mixed`` (stage cache on) for each seed. The
-default sampler and NSGA-II run with ``--trials-per-model`` (the spec's default, 4, unless
+default sampler and NSGA-II run with ``--trials-per-model`` (the spec's default, 6, unless
 given); random is plain random search, one trial per model. The hypervolume uses feasible
 trials, objectives (accuracy, log10 µs per sample) and the fixed reference point
 (accuracy 0.5, 10^3 µs per sample). "By the mean curve" is the first trial count at which the

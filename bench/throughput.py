@@ -1,9 +1,10 @@
 """Trials per minute with the stage cache on and off, on the same suggested params.
 
-Run: ``.venv/bin/python bench/throughput.py [--trials 30] [--space digits-mixed]``.
-The cache-on study runs first with the default sampler and ``--trials-per-model`` (default 4);
-the cache-off study replays exactly its params (enqueued, no variants of its own), so both
-evaluate the same candidates side by side in one run. A one-trial study runs first, untimed,
+Run: ``.venv/bin/python -m bench.throughput [--trials 30] [--seeds 0 1 2]``. With several
+seeds, the last line is the speed-up over all of them (one seed's mix of models varies).
+The cache-on study runs first with the default sampler and ``--trials-per-model`` (default: the
+spec's); the cache-off study replays exactly its params (enqueued, no variants of its own), so
+both evaluate the same candidates side by side in one run. A one-trial study runs first, untimed,
 so that neither side pays the process's first imports and first ONNX export (~5 s): a worker
 pays them once, whatever the cache does. Shares of time are of whole trials (start to end in
 the storage), so sampler and storage time count as outside training.
@@ -16,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from automl.spec import StudySpec
 from bench._common import run_study
 
 TRAINING = ("train", "prune")  # prune's time is almost all fine-tuning
@@ -30,6 +32,7 @@ def _summary(study, seconds: float) -> dict:
     return {
         "trials": len(trials),
         "per_min": 60 * len(trials) / seconds,
+        "seconds_total": seconds,
         "outside_training": 1 - training / total,
         "stages": {stage: sum(t[stage] for t in timings) / len(trials) for stage in timings[0]}
         | {"other": (total - sum(sum(t.values()) for t in timings)) / len(trials)},
@@ -61,31 +64,21 @@ def _ceiling(on: dict, off: dict) -> str:
     return line
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--trials", type=int, default=30)
-    parser.add_argument("--space", default="digits-mixed")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--trials-per-model", type=int, default=4)
-    args = parser.parse_args()
-    spec = {"name": "throughput", "search_space": args.space, "n_trials": args.trials,
-            "seed": args.seed}  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        run_study(Path(tmp) / "warm-up", cache=False, **(spec | {"n_trials": 1}))
-        start = time.perf_counter()
-        cached, _ = run_study(
-            Path(tmp) / "on", cache=True, **spec, trials_per_model=args.trials_per_model
-        )
-        on = _summary(cached, time.perf_counter() - start)
-        params = [t.params for t in cached.trials if t.state.name == "COMPLETE"]
-        start = time.perf_counter()
-        uncached, _ = run_study(
-            Path(tmp) / "off", cache=False, enqueue=params, **spec, trials_per_model=1
-        )
-        off = _summary(uncached, time.perf_counter() - start)
-    same_params = params == [t.params for t in uncached.trials if t.state.name == "COMPLETE"]
-    print(f"{args.trials} trials of {args.space}, seed {args.seed}, trials_per_model "
-          f"{args.trials_per_model}, same params: {same_params}")  # fmt: skip
+def _compare(workdir: Path, spec: dict, trials_per_model: int) -> tuple[dict, dict, bool]:
+    """Run the cache-on study, then the cache-off one on its params; summaries and same params."""
+    start = time.perf_counter()
+    cached, _ = run_study(workdir / "on", cache=True, **spec, trials_per_model=trials_per_model)
+    on = _summary(cached, time.perf_counter() - start)
+    params = [t.params for t in cached.trials if t.state.name == "COMPLETE"]
+    start = time.perf_counter()
+    uncached, _ = run_study(
+        workdir / "off", cache=False, enqueue=params, **spec, trials_per_model=1
+    )
+    off = _summary(uncached, time.perf_counter() - start)
+    return on, off, params == [t.params for t in uncached.trials if t.state.name == "COMPLETE"]
+
+
+def _report(on: dict, off: dict) -> None:
     for label, row in (("cache on ", on), ("cache off", off)):
         print(
             f"  {label}: {row['per_min']:6.1f} trials/min, "
@@ -100,6 +93,30 @@ def main() -> None:
     gap = max(abs(a - b) for a, b in zip(on["accuracy"], off["accuracy"], strict=True))
     print(f"  front sizes {on['front']} vs {off['front']}; "
           f"largest accuracy gap between the same trials {gap:.4f}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--space", default="digits-mixed")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--trials-per-model", type=int, default=StudySpec().trials_per_model)
+    args = parser.parse_args()
+    spec = {"name": "throughput", "search_space": args.space, "n_trials": args.trials}
+    seconds = {"on": 0.0, "off": 0.0}
+    with tempfile.TemporaryDirectory() as tmp:
+        run_study(Path(tmp) / "warm-up", cache=False, **(spec | {"n_trials": 1, "seed": 0}))
+        for seed in args.seeds:
+            on, off, same = _compare(Path(tmp) / str(seed), spec | {"seed": seed},
+                                     args.trials_per_model)  # fmt: skip
+            print(f"{args.trials} trials of {args.space}, seed {seed}, trials_per_model "
+                  f"{args.trials_per_model}, same params: {same}")  # fmt: skip
+            _report(on, off)
+            seconds["on"] += on["seconds_total"]
+            seconds["off"] += off["seconds_total"]
+    if len(args.seeds) > 1:
+        print(f"all seeds: speed-up with cache {seconds['off'] / seconds['on']:.2f}x "
+              f"({seconds['on']:.0f} s against {seconds['off']:.0f} s)")  # fmt: skip
 
 
 if __name__ == "__main__":

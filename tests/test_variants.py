@@ -79,7 +79,8 @@ def test_workers_that_choose_at_once_do_not_run_the_same_variant():
 def test_no_variant_when_the_deployment_does_not_move_the_values():
     study = _study(trials_per_model=4, startup_trials=8)
     study.optimize(lambda t: (0.5, float(load_space("digits-mlp").suggest(t).arch.width)), 16)
-    assert all(VARIANT_OF not in t.user_attrs for t in study.trials)
+    # The startup trials redeploy each model once at random; no prediction picks one after.
+    assert all(VARIANT_OF not in t.user_attrs for t in study.trials[8:])
 
 
 def test_enqueued_trials_keep_their_params_and_variants_follow_them():
@@ -162,14 +163,26 @@ def test_variants_work_with_the_stateful_gp_sampler_and_constraints():
     assert variants[0] < 17  # the GP drew trials after a variant
 
 
-def test_variants_start_after_the_startup_trials():
+def _startup_study(seed: int) -> optuna.Study:
     space = load_space("digits-mlp")
-    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 3, startup_trials=4)
+    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 3, 4, seed=seed)
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
     study.optimize(_objective, n_trials=7)
+    return study
+
+
+def test_startup_redeploys_each_new_model_once_at_random_then_predicts_variants():
+    study = _startup_study(seed=0)
+    space = load_space("digits-mlp")
     parents = [t.user_attrs.get(VARIANT_OF) for t in study.trials]
-    assert parents[:4] == [None] * 4
-    assert parents[4] is not None
+    assert parents[:4] == [None, 0, None, 2]
+    for number in (1, 3):
+        variant, parent = study.trials[number], study.trials[parents[number]]
+        assert space.model_params(variant.params) == space.model_params(parent.params)
+        assert variant.params != parent.params
+    assert [t.params for t in _startup_study(seed=0).trials[:4]] == [
+        t.params for t in study.trials[:4]
+    ]
 
 
 def test_a_retried_trial_keeps_its_params_and_is_no_variant():
