@@ -47,9 +47,10 @@ class VariantSampler(optuna.samplers.BaseSampler):
     most hypervolume to the front, among the untried deployments of every model with fewer
     than ``trials_per_model - 1`` variants (a model dominated where it was measured may still
     extend the front at another batch size). Where none is predicted to add ``MIN_GAIN`` of
-    the front's hypervolume, the wrapped sampler draws a new model. Spaces whose deployments cannot be listed (a float knob, or too many) get no
-    variants. Enqueued and retried trials keep their own params. Nothing is queued; a variant is
-    claimed in its trial's system attrs, so that workers choosing at once do not run it twice.
+    the front's hypervolume, the wrapped sampler draws a new model. Spaces whose deployments
+    cannot be listed (a float knob, or too many) get no variants. Enqueued and retried trials
+    keep their own params. Nothing is queued; a variant is claimed in its trial's system attrs,
+    so that workers choosing at once do not run it twice.
     """
 
     def __init__(
@@ -182,12 +183,14 @@ class VariantSampler(optuna.samplers.BaseSampler):
 
         Too few trials are in for a prediction, so the order is random (seeded per trial).
         """
-        lone = [t for t in complete if VARIANT_OF not in t.user_attrs and per_model[t.number] == 1]
-        if not lone:
-            return []
-        params = self._untried(lone[0], taken)
-        order = np.random.default_rng([self._seed, trial.number]).permutation(len(params))
-        return [(lone[0], params[i]) for i in order]
+        for parent in complete:
+            if VARIANT_OF in parent.user_attrs or per_model[parent.number] > 1:
+                continue
+            params = self._untried(parent, taken)
+            if params:
+                order = np.random.default_rng([self._seed, trial.number]).permutation(len(params))
+                return [(parent, params[i]) for i in order]
+        return []
 
     def _untried(self, parent: FrozenTrial, taken: set[frozenset]) -> list[dict[str, Any]]:
         """Params of the deployments of ``parent``'s model that no trial has or has claimed."""

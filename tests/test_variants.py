@@ -176,6 +176,7 @@ def test_startup_redeploys_each_new_model_once_at_random_then_predicts_variants(
     space = load_space("digits-mlp")
     parents = [t.user_attrs.get(VARIANT_OF) for t in study.trials]
     assert parents[:4] == [None, 0, None, 2]
+    assert any(parent is not None for parent in parents[4:])
     for number in (1, 3):
         variant, parent = study.trials[number], study.trials[parents[number]]
         assert space.model_params(variant.params) == space.model_params(parent.params)
