@@ -12,10 +12,10 @@ from automl.variants import VARIANT_OF, VariantSampler
 MODEL = ("arch.width", "arch.depth", "pruning_ratio")
 
 
-def _study(trials_per_model: int, startup_trials: int = 0) -> optuna.Study:
+def _study(trials_per_model: int, startup_trials: int = 0, seed: int = 0) -> optuna.Study:
     space = load_space("digits-mlp")
     sampler = VariantSampler(
-        optuna.samplers.RandomSampler(seed=0), space, trials_per_model, startup_trials
+        optuna.samplers.RandomSampler(seed=0), space, trials_per_model, startup_trials, seed
     )
     return optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
 
@@ -164,9 +164,7 @@ def test_variants_work_with_the_stateful_gp_sampler_and_constraints():
 
 
 def _startup_study(seed: int) -> optuna.Study:
-    space = load_space("digits-mlp")
-    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 3, 4, seed=seed)
-    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    study = _study(trials_per_model=3, startup_trials=4, seed=seed)
     study.optimize(_objective, n_trials=7)
     return study
 
