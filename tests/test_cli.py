@@ -152,14 +152,28 @@ def test_bad_input_is_a_clear_error(cli):
 
 
 def _count_state(storage: str, state: str) -> int:
-    """Trials in ``state``, read-only: polling must not take write locks from the CLI under test."""
+    """Trials in ``state``."""
+    return _count(storage, "SELECT count(*) FROM trials WHERE state = ?", state)
+
+
+def _count(storage: str, query: str, *args: str) -> int:
+    """A count, read-only: polling must not take write locks from the CLI under test."""
     path = storage.removeprefix("sqlite:///")
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            query = "SELECT count(*) FROM trials WHERE state = ?"
-            return db.execute(query, (state,)).fetchone()[0]
+            return db.execute(query, args).fetchone()[0]
     except sqlite3.OperationalError:  # no file or no tables yet
         return 0
+
+
+def _read_until(stream, text: str) -> str:
+    """Lines of ``stream`` up to the one holding ``text`` (or to its end)."""
+    lines = []
+    while line := stream.readline():
+        lines.append(line)
+        if text in line:
+            break
+    return "".join(lines)
 
 
 def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
@@ -225,15 +239,18 @@ def test_a_second_ctrl_c_aborts_the_running_trial_and_records_why(cli, tmp_path)
         text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    while _count_state(cli.storage, "RUNNING") == 0:
+    started = "SELECT count(*) FROM trial_user_attributes WHERE key = ?"  # set after torch loads
+    while _count(cli.storage, started, "candidate") == 0:
         assert process.poll() is None and time.monotonic() < deadline, "no trial started"
         time.sleep(0.2)
-    time.sleep(1)  # into training
     process.send_signal(signal.SIGINT)
-    time.sleep(0.5)
+    # Two signals that land during one long C call reach Python's handler as one.
+    stderr = _read_until(process.stderr, "stop requested")
     process.send_signal(signal.SIGINT)
-    stderr = process.communicate(timeout=60)[1]
-    assert process.returncode == 130, stderr
+    stderr += process.communicate(timeout=60)[1]
+    # Typer exits 130. CPython instead ends by SIGINT when the KeyboardInterrupt passed through
+    # exec() (as dataclasses do in a lazy import); a shell shows 130 for both.
+    assert process.returncode in (130, -signal.SIGINT), stderr
     assert "second Ctrl-C" in stderr
     (trial,) = optuna.load_study(study_name="c", storage=cli.storage).trials
     assert trial.state.name == "FAIL"
