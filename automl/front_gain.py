@@ -5,7 +5,10 @@ length scale per param, plus a linear kernel and noise), fitted on the newest co
 predicts how a change of deployment (bit-width, int8 mode, serving batch) moves a model's
 values. The prediction is anchored on the model's measured values: ``parent.values +
 f(parent with the deployment) - f(parent)``. A redeployment's gain is the share of
-hypervolume its predicted point adds to the current front.
+hypervolume its predicted point adds to the current front. The point is credited with
+``OPTIMISM`` standard deviations of the predicted change (an upper confidence bound, as in
+GP-UCB): a deployment whose effect on this model is unsure is worth measuring, as a variant costs
+a fraction of a new model's training, and the credit fades as variants measure the effect.
 
 A larger batch cuts the per-sample latency of a small MLP many times over and of a large
 convolutional net hardly at all, so the effect of a deployment depends on the model, which a
@@ -35,6 +38,8 @@ MAX_FITTED = 64
 MAX_ITERATIONS = 30
 # Fits that reuse the kernel's hyperparameters before they are optimised again.
 REUSES = 4
+# Standard deviations of a predicted change credited to a variant (an upper confidence bound).
+OPTIMISM = 1.0
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -62,6 +67,7 @@ def predicted_gains(
     signs: list[int],
     candidates: list[tuple[FrozenTrial, dict[str, Any]]],
     cache: KernelCache | None = None,
+    optimism: float = OPTIMISM,
 ) -> list[float]:
     """Share of the front's hypervolume each ``(parent, deployment)`` is predicted to add.
 
@@ -71,6 +77,8 @@ def predicted_gains(
         signs: 1 for each objective that is minimised, -1 for each maximised.
         candidates: Parents (complete trials) with the deployment params a variant would take.
         cache: Kernels of earlier choices of this study, reused and updated; None fits anew.
+        optimism: Standard deviations of the predicted change by which each predicted point is
+            moved toward better values.
 
     Returns:
         One gain per candidate, 0 where the predicted point is dominated.
@@ -90,16 +98,15 @@ def predicted_gains(
         cache.reused = cache.reused + 1 if reuse else 0
         cache.kernels = [m.kernel_ for m in models]
 
-    def predict(params_list: list[dict[str, Any]]) -> np.ndarray:
-        x = (np.array([encode(p) for p in params_list]) - mean) / scale
-        return np.stack([m.predict(x) for m in models], axis=1)
-
     parents = [parent for parent, _ in candidates]
-    unique = {p.number: p for p in parents}  # a parent has many candidates: predict it once
-    at_parent = dict(zip(unique, predict([p.params for p in unique.values()]), strict=True))
-    moved = predict([{**p.params, **d} for p, d in candidates]) - np.array(
-        [at_parent[p.number] for p in parents]
-    )
+    by_parent: dict[int, list[int]] = {}  # a parent has many candidates: predict them together
+    for i, parent in enumerate(parents):
+        by_parent.setdefault(parent.number, []).append(i)
+    moved = np.empty((len(candidates), len(signs)))
+    for rows in by_parent.values():
+        params = _with_parent(parents[rows[0]], [candidates[i][1] for i in rows])
+        x = (np.array([encode(p) for p in params]) - mean) / scale
+        moved[rows] = np.stack([_move(m, x, optimism) for m in models], axis=1)
     points = np.array([p.values for p in parents]) * np.array(signs) + moved
     spread = losses.max(axis=0) - losses.min(axis=0)
     reference = losses.max(axis=0) + 0.1 * np.where(spread > 0, spread, 1.0)
@@ -111,6 +118,23 @@ def predicted_gains(
         0.0 if d else compute_hypervolume(np.vstack([front, p]), reference) / base - 1
         for p, d in zip(points, dominated, strict=True)
     ]
+
+
+def _with_parent(parent: FrozenTrial, deployments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The parent's params twice (see :func:`_move`), then each deployment's."""
+    return [parent.params, parent.params, *({**parent.params, **d} for d in deployments)]
+
+
+def _move(model: GaussianProcessRegressor, x: np.ndarray, optimism: float) -> np.ndarray:
+    """The predicted change from ``x[0]`` to each of ``x[2:]``, less ``optimism`` of its std.
+
+    ``x[1]`` repeats ``x[0]``: their covariance lacks the noise term that each variance holds,
+    so their difference is that noise, which a change of the noise-free function does not have.
+    """
+    mu, cov = model.predict(x, return_cov=True)
+    noise = cov[0, 0] - cov[0, 1]
+    var = np.diag(cov)[2:] + cov[0, 0] - 2 * cov[0, 2:] - 2 * noise
+    return mu[2:] - mu[0] - optimism * np.sqrt(np.maximum(var, 0.0))
 
 
 def _fit(x: np.ndarray, y: np.ndarray, kernel: Kernel | None = None) -> GaussianProcessRegressor:

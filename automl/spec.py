@@ -114,7 +114,7 @@ class StudySpec(BaseModel):
     ``trials_per_model``: a model (architecture, training, pruning) on the front is deployed by
     up to that many trials in all; see :class:`automl.variants.VariantSampler`. 1 makes every
     trial draw a new model. ``variant_startup_trials``: complete trials before variants are
-    predicted; until then each new model is redeployed once, at random.
+    predicted; until then each new model is redeployed twice, at random.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -35,17 +35,19 @@ VARIANT_OF = "variant_of"
 MIN_GAIN = 1e-3
 CLAIM = "automl:variant_claim"  # system attr: the params a starting variant will take
 MAX_CLAIMS = 3  # variants a trial tries to claim before it draws a new model instead
+STARTUP_REDEPLOYS = 2  # random variants of each new model during the startup
 
 
 class VariantSampler(optuna.samplers.BaseSampler):
     """A sampler whose new trials may redeploy a model run before.
 
     Until ``startup_trials`` trials are complete, the front says little and TPE samples at random
-    anyway (its ``n_startup_trials``), so each new model, once complete, is redeployed once at
-    a random deployment it has not tried: as many deployments are seen as with new models
-    only, for half the training. After that, a trial becomes the variant predicted to add the
-    most hypervolume to the front, among the untried deployments of every model with fewer
-    than ``trials_per_model - 1`` variants (a model dominated where it was measured may still
+    anyway (its ``n_startup_trials``), so each new model, once complete, is redeployed
+    ``STARTUP_REDEPLOYS`` times at random deployments it has not tried: as many deployments are
+    seen as with new models only, for a third of the training. After that, a trial becomes the
+    variant predicted to add the most hypervolume to the front, optimistically (see
+    :mod:`automl.front_gain`), among the untried deployments of every model with fewer than
+    ``trials_per_model - 1`` variants (a model dominated where it was measured may still
     extend the front at another batch size). Where none is predicted to add ``MIN_GAIN`` of
     the front's hypervolume, the wrapped sampler draws a new model. Spaces whose deployments
     cannot be listed (a float knob, or too many) get no variants. Enqueued and retried trials
@@ -179,12 +181,14 @@ class VariantSampler(optuna.samplers.BaseSampler):
         taken: set[frozenset],
         trial: FrozenTrial,
     ) -> list[tuple[FrozenTrial, dict[str, Any]]]:
-        """The untried deployments of the oldest complete model with no variant, shuffled.
+        """The untried deployments of the oldest complete model short of its startup variants.
 
-        Too few trials are in for a prediction, so the order is random (seeded per trial).
+        Shuffled: too few trials are in for a prediction, so the order is random (seeded per
+        trial).
         """
+        most = min(STARTUP_REDEPLOYS + 1, self._per_model)  # trials of one model, all told
         for parent in complete:
-            if VARIANT_OF in parent.user_attrs or per_model[parent.number] > 1:
+            if VARIANT_OF in parent.user_attrs or per_model[parent.number] >= most:
                 continue
             params = self._untried(parent, taken)
             if params:

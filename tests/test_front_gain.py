@@ -6,7 +6,7 @@ import numpy as np
 import optuna
 import pytest
 
-from automl.front_gain import REUSES, KernelCache, predicted_gains
+from automl.front_gain import OPTIMISM, REUSES, KernelCache, predicted_gains
 from automl.space import load_space
 from automl.variants import MIN_GAIN
 
@@ -39,10 +39,12 @@ def _study(trials: list[tuple[str, int, int]]) -> optuna.Study:
     return study
 
 
-def _gains(study: optuna.Study, parent: int, batches: list[int]) -> list[float]:
+def _gains(
+    study: optuna.Study, parent: int, batches: list[int], optimism: float = OPTIMISM
+) -> list[float]:
     trial = study.trials[parent]
     candidates = [(trial, {**trial.params, "batch_size": b}) for b in batches]
-    return predicted_gains(SPACE, study.trials, SIGNS, candidates)
+    return predicted_gains(SPACE, study.trials, SIGNS, candidates, optimism=optimism)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,15 @@ def test_a_deployment_that_cuts_latency_is_predicted_to_extend_the_front(study):
 def test_the_effect_of_a_deployment_depends_on_the_model(study):
     """Batching helped every MLP and no CNN; a pooled linear trend would credit the CNN too."""
     cnn = len(study.trials) - 1
-    assert _gains(study, cnn, [128])[0] < MIN_GAIN
+    assert _gains(study, cnn, [128], optimism=0.0)[0] < MIN_GAIN
+
+
+def test_optimism_credits_a_deployment_by_how_unsure_its_effect_is(study):
+    """No CNN was measured at batch 128: its effect there is less certain than at batch 8."""
+    cnn = len(study.trials) - 1
+    plain, optimistic = (np.array(_gains(study, cnn, [8, 128], k)) for k in (0.0, OPTIMISM))
+    assert (optimistic >= plain).all()
+    assert optimistic[1] - plain[1] > optimistic[0] - plain[0]
 
 
 def test_a_kernel_cache_reuses_hyperparameters_then_optimises_them_again(study):

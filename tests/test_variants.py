@@ -4,10 +4,12 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import optuna
 
+from automl.front_gain import predicted_gains
 from automl.space import SEARCH_SPACES_DIR, load_space
-from automl.variants import VARIANT_OF, VariantSampler
+from automl.variants import MIN_GAIN, VARIANT_OF, VariantSampler
 
 MODEL = ("arch.width", "arch.depth", "pruning_ratio")
 
@@ -48,7 +50,8 @@ def test_a_variant_takes_the_deployment_predicted_to_move_the_front_most():
     variant = study.trials[4]
     # The front is both widths at batch 32; batch 128 is untried, and per-sample latency has
     # fallen with the batch for both models.
-    assert variant.user_attrs[VARIANT_OF] in (1, 3)
+    parent = study.trials[variant.user_attrs[VARIANT_OF]]
+    assert variant.params["arch.width"] == parent.params["arch.width"]
     assert variant.params["batch_size"] == 128
 
 
@@ -76,11 +79,30 @@ def test_workers_that_choose_at_once_do_not_run_the_same_variant():
     assert a.params != b.params
 
 
-def test_no_variant_when_the_deployment_does_not_move_the_values():
+def test_credit_for_untried_deployments_fades_once_deployments_show_no_effect():
     study = _study(trials_per_model=4, startup_trials=8)
-    study.optimize(lambda t: (0.5, float(load_space("digits-mlp").suggest(t).arch.width)), 16)
-    # The startup trials redeploy each model once at random; no prediction picks one after.
-    assert all(VARIANT_OF not in t.user_attrs for t in study.trials[8:])
+    space = load_space("digits-mlp")
+    study.optimize(_no_deployment_effect, n_trials=30)
+    shares = []
+    for n in (10, 30):
+        trials = study.trials[:n]
+        candidates = [
+            (parent, {**parent.params, **deployment})
+            for parent in trials
+            if VARIANT_OF not in parent.user_attrs
+            for deployment in space.deployments(space.model_params(parent.params))
+        ]
+        gains = predicted_gains(space, trials, [-1, 1], candidates, optimism=0.0)
+        assert max(gains) < MIN_GAIN  # the prediction itself never credits a deployment
+        gains = np.array(predicted_gains(space, trials, [-1, 1], candidates))
+        shares.append((gains > MIN_GAIN).mean())
+    assert shares[1] < shares[0] / 2  # its uncertainty shrinks as variants measure no change
+
+
+def _no_deployment_effect(trial: optuna.Trial) -> tuple[float, float]:
+    """Wider is more accurate and slower; the deployment changes nothing."""
+    width = load_space("digits-mlp").suggest(trial).arch.width
+    return width / 1000, math.log10(width)
 
 
 def test_enqueued_trials_keep_their_params_and_variants_follow_them():
@@ -164,24 +186,30 @@ def test_variants_work_with_the_stateful_gp_sampler_and_constraints():
 
 
 def _startup_study(seed: int) -> optuna.Study:
-    study = _study(trials_per_model=3, startup_trials=4, seed=seed)
-    study.optimize(_objective, n_trials=7)
+    study = _study(trials_per_model=4, startup_trials=6, seed=seed)
+    study.optimize(_objective, n_trials=9)
     return study
 
 
-def test_startup_redeploys_each_new_model_once_at_random_then_predicts_variants():
+def test_startup_redeploys_each_new_model_twice_at_random_then_predicts_variants():
     study = _startup_study(seed=0)
     space = load_space("digits-mlp")
     parents = [t.user_attrs.get(VARIANT_OF) for t in study.trials]
-    assert parents[:4] == [None, 0, None, 2]
-    assert any(parent is not None for parent in parents[4:])
-    for number in (1, 3):
-        variant, parent = study.trials[number], study.trials[parents[number]]
-        assert space.model_params(variant.params) == space.model_params(parent.params)
-        assert variant.params != parent.params
-    assert [t.params for t in _startup_study(seed=0).trials[:4]] == [
-        t.params for t in study.trials[:4]
+    assert parents[:6] == [None, 0, 0, None, 3, 3]
+    assert any(parent is not None for parent in parents[6:])
+    for model in (0, 3):
+        trials = [study.trials[n] for n in (model, model + 1, model + 2)]
+        assert len({str(space.model_params(t.params)) for t in trials}) == 1
+        assert len({str(t.params) for t in trials}) == 3
+    assert [t.params for t in _startup_study(seed=0).trials[:6]] == [
+        t.params for t in study.trials[:6]
     ]
+
+
+def test_startup_variants_stay_within_trials_per_model():
+    study = _study(trials_per_model=2, startup_trials=6)
+    study.optimize(_objective, n_trials=6)
+    assert [t.user_attrs.get(VARIANT_OF) for t in study.trials] == [None, 0, None, 2, None, 4]
 
 
 def test_a_retried_trial_keeps_its_params_and_is_no_variant():
