@@ -1,7 +1,7 @@
 """How trustworthy is a latency number? Repeatability, agreement with timeit, and cost.
 
 Run: ``.venv/bin/python bench/latency.py [--repeats 5]``.
-Five fixed candidates are each measured ``repeats`` times in fresh ORT sessions, in random
+Six fixed candidates are each measured ``repeats`` times in fresh ORT sessions, in random
 order. For each it prints the CV of the reported median, the ratio of our median to a plain
 ``timeit`` loop over ``session.run`` in a fresh process, and the time the measurement cost.
 """
@@ -29,12 +29,16 @@ from automl.pipeline.quantize import quantize
 from automl.pipeline.train import train
 from automl.targets import load_target
 
-CANDIDATES = {  # name: (bits, int8_mode, batch)
-    "fp32 b1": (32, "static", 1),
-    "int8-qdq b1": (8, "static", 1),
-    "int8-dynamic b1": (8, "dynamic", 1),
-    "fp16 b1": (16, "static", 1),
-    "fp32 b32": (32, "static", 32),
+SMALL = ArchConfig("cnn", 32, 2)
+LARGE = ArchConfig("resnet", 48, 3, kernel_size=5)
+CANDIDATES = {  # name: (architecture, bits, int8_mode, batch)
+    "fp32 b1": (SMALL, 32, "static", 1),
+    "int8-qdq b1": (SMALL, 8, "static", 1),
+    "int8-dynamic b1": (SMALL, 8, "dynamic", 1),
+    "fp16 b1": (SMALL, 16, "static", 1),
+    "fp32 b32": (SMALL, 32, "static", 32),
+    # Tens of ms a run, as the slowest trials of digits-mixed: it stops on time, before min_runs.
+    "large int8-qdq b128": (LARGE, 8, "static", 128),
 }
 TIMEIT = """
 import json, sys, timeit, numpy as np, onnxruntime as ort
@@ -44,20 +48,23 @@ options.inter_op_num_threads = 1
 session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 x = np.load(sys.argv[4])[:batch]
 feed = {session.get_inputs()[0].name: x}
-for _ in range(200): session.run(None, feed)
-times = timeit.repeat(lambda: session.run(None, feed), number=200, repeat=7)
-print(json.dumps(min(times) / 200 * 1000))
+timer = timeit.Timer(lambda: session.run(None, feed))
+number = timer.autorange()[0]  # as many runs as take 0.2 s or more; they also warm up
+times = timer.repeat(number=number, repeat=7)
+print(json.dumps(min(times) / number * 1000))
 """
 
 
 def _models(workdir: Path, data) -> dict[str, Path]:
-    model = build_model(ArchConfig("cnn", 32, 2), data.input_shape, data.num_classes)
-    trained = train(model, data, TrainConfig(epochs=3)).model
-    fp32 = export_onnx(trained, data.x_test[:64], workdir / "fp32.onnx").path
+    fp32 = {}
+    for arch in {arch for arch, *_ in CANDIDATES.values()}:
+        model = build_model(arch, data.input_shape, data.num_classes)
+        trained = train(model, data, TrainConfig(epochs=3)).model
+        fp32[arch] = export_onnx(trained, data.x_test[:64], workdir / f"{arch.family}.onnx").path
     paths = {}
-    for name, (bits, mode, _) in CANDIDATES.items():
+    for name, (arch, bits, mode, _) in CANDIDATES.items():
         out = workdir / f"{name.replace(' ', '-')}.onnx"
-        paths[name] = quantize(fp32, out, bits, calibration=data.x_calib, int8_mode=mode).path
+        paths[name] = quantize(fp32[arch], out, bits, calibration=data.x_calib, int8_mode=mode).path
     return paths
 
 
@@ -82,19 +89,19 @@ def main() -> None:
         converged: dict[str, list[bool]] = {name: [] for name in CANDIDATES}
         for name in order:
             start = time.perf_counter()
-            latency = measure_latency(paths[name], target, data.x_test, CANDIDATES[name][2])
+            latency = measure_latency(paths[name], target, data.x_test, CANDIDATES[name][3])
             costs[name].append(time.perf_counter() - start)
             medians[name].append(latency.p50_ms)
             converged[name].append(latency.converged)
-        np.save(workdir / "x.npy", np.resize(data.x_test, (64, *data.input_shape)))
-        print(f"{'candidate':<16} {'median ms':>10} {'CV of median':>13} {'ours/timeit':>12}"
+        np.save(workdir / "x.npy", np.resize(data.x_test, (128, *data.input_shape)))
+        print(f"{'candidate':<20} {'median ms':>10} {'CV of median':>13} {'ours/timeit':>12}"
               f" {'cost s':>7} {'converged':>9}")  # fmt: skip
-        for name, (_, _, batch) in CANDIDATES.items():
+        for name, (*_, batch) in CANDIDATES.items():
             reference = _timeit_ms(paths[name], batch, workdir / "x.npy", target.intra_op_threads)
             values = medians[name]
             cv = statistics.stdev(values) / statistics.mean(values)
             print(
-                f"{name:<16} {statistics.median(values):10.4f} {100 * cv:12.2f}% "
+                f"{name:<20} {statistics.median(values):10.4f} {100 * cv:12.2f}% "
                 f"{statistics.median(values) / reference:12.3f} {statistics.mean(costs[name]):7.3f}"
                 f" {sum(converged[name])}/{len(values):>7}"
             )

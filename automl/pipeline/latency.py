@@ -1,8 +1,11 @@
 """Latency stage: measure a model on its target's hardware, never estimate it.
 
 Method: warm up, then time single runs until the 95% confidence interval of the median
-is within ``rel_ci`` of the median (checked every ``_CHUNK_RUNS`` runs once ``min_runs``
-are in), or a cap on runs or seconds is reached. Inputs are real test samples at the
+is within ``rel_ci`` of the median, or a cap on runs or seconds is reached. The interval is
+checked every ``_CHUNK_RUNS`` runs once ``min_runs`` are in, and after every run once the runs
+have taken ``min_seconds`` (at least ``_FEWEST_RUNS`` of them): a slow model then stops as soon
+as its runs agree, instead of taking ``min_runs`` of them. Warm-up stops after ``warmup_runs``
+runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs. Inputs are real test samples at the
 candidate's batch size. ONNX Runtime runs on the target's first execution provider with
 its pinned intra-op threads; a CUDA target whose ONNX Runtime lacks the CUDA provider may
 be timed with torch on CUDA instead (``source="torch-cuda"``), never on the CPU.
@@ -33,6 +36,8 @@ if TYPE_CHECKING:
     from automl.targets import Target
 
 _CHUNK_RUNS = 25
+_FEWEST_RUNS = 10  # below it, the median's interval spans every run
+_WARMUP_SECONDS = 0.2
 _Z95 = 1.96
 _ORT_DTYPES = {
     "tensor(float)": np.float32,
@@ -163,6 +168,7 @@ def measure_latency(
     min_runs: int = 50,
     max_runs: int = 5000,
     max_seconds: float = 2.0,
+    min_seconds: float = 0.25,
     rel_ci: float = 0.02,
     torch_model: torch.nn.Module | None = None,
     bits: int = 32,
@@ -179,6 +185,8 @@ def measure_latency(
         min_runs: Timed runs before convergence is checked.
         max_runs: Cap on timed runs.
         max_seconds: Cap on the time spent in timed runs.
+        min_seconds: Time in timed runs after which the interval is checked after every run,
+            even before ``min_runs``.
         rel_ci: Stop once the median's 95% CI half-width is within this fraction of it.
         torch_model: The same model in torch, timed on CUDA only when the target is a
             CUDA target and ONNX Runtime has no CUDA provider here.
@@ -216,33 +224,43 @@ def measure_latency(
             f"runs the model on {provider}. Install onnxruntime-gpu, or pass torch_model "
             "to time the torch model on CUDA. Latency is never estimated as a fallback."
         )
-    samples, converged = _timed_runs(
-        run_once, batch_size, warmup_runs, min_runs, max_runs, max_seconds, rel_ci
-    )
+    _warm_up(run_once, warmup_runs)
+    limits = _Limits(min_runs, max_runs, min_seconds, max_seconds, rel_ci)
+    samples, converged = _timed_runs(run_once, batch_size, limits)
     stats = latency_stats(samples, batch_size)
     return Latency(**asdict(stats), converged=converged, source=source, provider=provider, env=env)
 
 
+@dataclass(frozen=True)
+class _Limits:
+    min_runs: int
+    max_runs: int
+    min_seconds: float
+    max_seconds: float
+    rel_ci: float
+
+
+def _warm_up(run_once: Callable[[], float], runs: int) -> None:
+    spent = 0.0
+    for done in range(runs):
+        if done >= 2 and spent >= _WARMUP_SECONDS * 1000:
+            return
+        spent += run_once()
+
+
 def _timed_runs(
-    run_once: Callable[[], float],
-    batch_size: int,
-    warmup_runs: int,
-    min_runs: int,
-    max_runs: int,
-    max_seconds: float,
-    rel_ci: float,
+    run_once: Callable[[], float], batch_size: int, limits: _Limits
 ) -> tuple[list[float], bool]:
-    for _ in range(warmup_runs):
-        run_once()
     samples: list[float] = []
-    deadline = time.perf_counter_ns() + int(max_seconds * 1e9)
-    while len(samples) < max_runs:
+    start = time.perf_counter()
+    while len(samples) < limits.max_runs:
         samples.append(run_once())
-        n = len(samples)
-        due = n >= min_runs and (n - min_runs) % _CHUNK_RUNS == 0
-        if due and latency_stats(samples, batch_size).ci_rel <= rel_ci:
+        n, elapsed = len(samples), time.perf_counter() - start
+        due = n >= limits.min_runs and (n - limits.min_runs) % _CHUNK_RUNS == 0
+        due = due or (n >= _FEWEST_RUNS and elapsed >= limits.min_seconds)
+        if due and latency_stats(samples, batch_size).ci_rel <= limits.rel_ci:
             return samples, True
-        if time.perf_counter_ns() > deadline:
+        if elapsed > limits.max_seconds:
             break
     return samples, False
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from typing import TYPE_CHECKING
 
@@ -92,6 +93,29 @@ def test_measures_onnxruntime_on_cpu(onnx_model: Path, samples: np.ndarray) -> N
         json.dumps(lat.as_dict())
     assert (one.batch_size, many.batch_size) == (1, 64)
     assert many.p50_ms > one.p50_ms
+
+
+def test_a_slow_model_stops_once_its_runs_agree_before_min_runs() -> None:
+    def run_once() -> float:  # 30 ms a run: min_runs would take 1.5 s
+        start = time.perf_counter_ns()
+        time.sleep(0.03)
+        return (time.perf_counter_ns() - start) / 1e6
+
+    limits = latency_module._Limits(
+        min_runs=50, max_runs=5000, min_seconds=0.25, max_seconds=10.0, rel_ci=0.1
+    )
+    samples, converged = latency_module._timed_runs(run_once, 1, limits)
+
+    assert converged
+    assert latency_module._FEWEST_RUNS <= len(samples) < 50
+
+
+@pytest.mark.parametrize(("run_ms", "runs"), [(1.0, 10), (150.0, 2)])
+def test_warm_up_stops_after_its_runs_or_its_time(run_ms: float, runs: int) -> None:
+    calls = []
+    latency_module._warm_up(lambda: calls.append(run_ms) or run_ms, 10)
+
+    assert len(calls) == runs
 
 
 def test_stops_at_max_runs(onnx_model: Path, samples: np.ndarray) -> None:
