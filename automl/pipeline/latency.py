@@ -5,10 +5,10 @@ is within ``rel_ci`` of the median, or a cap on runs or seconds is reached. The 
 checked every ``_CHUNK_RUNS`` runs once ``min_runs`` are in, and after every run once the runs
 have taken ``min_seconds`` (at least ``_FEWEST_RUNS`` of them): a slow model then stops as soon
 as its runs agree, instead of taking ``min_runs`` of them. Warm-up stops after ``warmup_runs``
-runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs. Inputs are real test samples at the
-candidate's batch size. ONNX Runtime runs on the target's first execution provider with
-its pinned intra-op threads; a CUDA target whose ONNX Runtime lacks the CUDA provider may
-be timed with torch on CUDA instead (``source="torch-cuda"``), never on the CPU.
+runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs. Inputs are real
+test samples at the candidate's batch size. ONNX Runtime runs on the target's first execution
+provider with its pinned intra-op threads; a CUDA target whose ONNX Runtime lacks the CUDA
+provider may be timed with torch on CUDA instead (``source="torch-cuda"``), never on the CPU.
 """
 
 from __future__ import annotations
