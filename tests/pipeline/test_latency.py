@@ -80,8 +80,9 @@ def test_stats_need_samples() -> None:
 def test_measures_onnxruntime_on_cpu(onnx_model: Path, samples: np.ndarray) -> None:
     cpu = load_target("cpu")
 
-    one = measure_latency(onnx_model, cpu, samples, 1, min_runs=100, max_seconds=1.0)
-    many = measure_latency(onnx_model, cpu, samples, 64, min_runs=100, max_seconds=1.0)
+    limits = {"min_runs": 100, "max_seconds": 1.0, "min_seconds": 1.0}
+    one = measure_latency(onnx_model, cpu, samples, 1, **limits)
+    many = measure_latency(onnx_model, cpu, samples, 64, **limits)
 
     for lat in (one, many):
         assert 0 < lat.p50_ms <= lat.p90_ms <= lat.p99_ms
