@@ -2,9 +2,9 @@
 
 Method: warm up, then time single runs until the 95% confidence interval of the median
 is within ``rel_ci`` of the median, or a cap on runs or seconds is reached. The interval is
-checked every ``_CHUNK_RUNS`` runs once ``min_runs`` are in, and after every run once the runs
-have taken ``min_seconds`` (at least ``_FEWEST_RUNS`` of them): a slow model then stops as soon
-as its runs agree, instead of taking ``min_runs`` of them. Warm-up stops after ``warmup_runs``
+checked every ``_CHUNK_RUNS`` runs once ``min_runs`` are in, and before that after every run
+once the runs have taken ``min_seconds`` (at least ``_FEWEST_RUNS`` of them): a slow model then
+stops as soon as its runs agree, instead of taking ``min_runs`` of them. Warm-up stops after ``warmup_runs``
 runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs. Inputs are real
 test samples at the candidate's batch size. ONNX Runtime runs on the target's first execution
 provider with its pinned intra-op threads; a CUDA target whose ONNX Runtime lacks the CUDA
@@ -185,8 +185,8 @@ def measure_latency(
         min_runs: Timed runs before convergence is checked.
         max_runs: Cap on timed runs.
         max_seconds: Cap on the time spent in timed runs.
-        min_seconds: Time in timed runs after which the interval is checked after every run,
-            even before ``min_runs``.
+        min_seconds: Time in timed runs after which the interval is checked after every run
+            until ``min_runs`` are in.
         rel_ci: Stop once the median's 95% CI half-width is within this fraction of it.
         torch_model: The same model in torch, timed on CUDA only when the target is a
             CUDA target and ONNX Runtime has no CUDA provider here.
@@ -257,7 +257,7 @@ def _timed_runs(
         samples.append(run_once())
         n, elapsed = len(samples), time.perf_counter() - start
         due = n >= limits.min_runs and (n - limits.min_runs) % _CHUNK_RUNS == 0
-        due = due or (n >= _FEWEST_RUNS and elapsed >= limits.min_seconds)
+        due = due or (_FEWEST_RUNS <= n < limits.min_runs and elapsed >= limits.min_seconds)
         if due and latency_stats(samples, batch_size).ci_rel <= limits.rel_ci:
             return samples, True
         if elapsed > limits.max_seconds:
