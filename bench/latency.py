@@ -57,7 +57,7 @@ print(json.dumps(min(times) / number * 1000))
 
 def _models(workdir: Path, data) -> dict[str, Path]:
     fp32 = {}
-    for arch in {arch for arch, *_ in CANDIDATES.values()}:
+    for arch in dict.fromkeys(arch for arch, *_ in CANDIDATES.values()):  # in a fixed order
         model = build_model(arch, data.input_shape, data.num_classes)
         trained = train(model, data, TrainConfig(epochs=3)).model
         fp32[arch] = export_onnx(trained, data.x_test[:64], workdir / f"{arch.family}.onnx").path
