@@ -129,6 +129,7 @@ class StudyObjective:
                 seed=self.spec.seed,
                 threads=self.threads,
                 cache=self.cache,
+                constraints=self.spec.constraints,
             )
             artifact_id = upload_artifact(
                 artifact_store=self.artifact_store,
@@ -136,31 +137,47 @@ class StudyObjective:
                 study_or_trial=trial,
                 mimetype="application/octet-stream",
             )
-        for key, value in outcome.metrics.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("timings", outcome.timings)
-        trial.set_user_attr("reused", outcome.reused)
-        trial.set_user_attr("latency", outcome.latency)
-        trial.set_user_attr("latency_source", "measured")
-        # A measurement that hit its cap before its CI was tight ran on a noisy machine.
-        trial.set_user_attr("latency_noisy", not outcome.latency["converged"])
-        trial.set_user_attr("env", outcome.env)
-        trial.set_user_attr("history", outcome.history)
-        trial.set_user_attr("preprocessing", data.preprocessing)
-        trial.set_user_attr(ARTIFACT_ID, artifact_id)
-        self._record_constraints(trial, outcome.metrics)
+        attrs = {
+            **outcome.metrics,
+            "timings": outcome.timings,
+            "reused": outcome.reused,
+            "latency": outcome.latency,
+            "latency_source": "measured",
+            # A measurement that hit its cap before its CI was tight ran on a noisy machine.
+            "latency_noisy": not (outcome.latency["converged"] or outcome.latency["over_budget"]),
+            "env": outcome.env,
+            "history": outcome.history,
+            "preprocessing": data.preprocessing,
+            ARTIFACT_ID: artifact_id,
+            "feasible": self._record_constraints(trial, outcome.metrics),
+        }
+        _set_user_attrs(trial, attrs)
         return [o.value(outcome.metrics) for o in self.spec.objectives]
 
-    def _record_constraints(self, trial: optuna.Trial, metrics: dict[str, float]) -> None:
+    def _record_constraints(self, trial: optuna.Trial, metrics: dict[str, float]) -> bool:
         """Record violations (≤ 0 is feasible) with ``set_constraint`` under index keys.
 
         optuna-dashboard 0.21 reads only the older list attr ``constraints``; Optuna reads both
         formats into the same index keys, so each constraint counts once. Their names are the
         study's ``constraints`` user attr, in the same order.
+
+        Returns:
+            Whether the trial is feasible.
         """
         violations = [c.violation(metrics) for c in self.spec.constraints]
         for index, violation in enumerate(violations):
             trial.set_constraint(str(index), violation)
         if violations:
             trial.storage.set_trial_system_attr(trial._trial_id, "constraints", violations)
-        trial.set_user_attr("feasible", all(v <= 0 for v in violations))
+        return all(v <= 0 for v in violations)
+
+
+def _set_user_attrs(trial: optuna.Trial, attrs: dict) -> None:
+    """Set ``attrs`` on ``trial``: in one transaction where the storage can (ours can)."""
+    set_all = getattr(trial.storage, "set_trial_user_attrs", None)
+    if set_all is None:
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    set_all(trial._trial_id, attrs)
+    trial._cached_frozen_trial.user_attrs.update(attrs)  # as Trial.set_user_attr keeps it

@@ -8,11 +8,12 @@ import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.storages._cached_storage import _CachedStorage
-from optuna.storages._rdb.models import TrialHeartbeatModel, TrialModel
+from optuna.storages._rdb.models import TrialHeartbeatModel, TrialModel, TrialUserAttributeModel
+from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
 from sqlalchemy import event, func, insert, select, update
 from sqlalchemy.engine import make_url
@@ -113,6 +114,17 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
                 return
         self._write_heartbeat(trial_id)
 
+    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """Set several user attrs of a running trial in one transaction, instead of one each.
+
+        A trial ends with some 25 attrs; on SQLite each commit costs about 0.6 ms.
+        """
+        with _create_scoped_session(self.scoped_session, True) as session:
+            for key, value in attrs.items():
+                self._set_trial_attr_without_commit(
+                    session, TrialUserAttributeModel, trial_id, key, value
+                )
+
     def has_waiting_trials(self, study_id: int) -> bool:
         """Whether study ``study_id`` has an enqueued (WAITING) trial: one indexed query."""
         query = (
@@ -203,6 +215,10 @@ class TrialCache(_CachedStorage):
                 study_id, number = self._trial_id_to_study_id_and_number[trial_id]
                 return copy.deepcopy(self._studies[study_id].trials[number])
         return super().get_trial(trial_id)
+
+    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """See :meth:`HeartbeatRDBStorage.set_trial_user_attrs`."""
+        self._backend.set_trial_user_attrs(trial_id, attrs)
 
     def get_all_trials(
         self,

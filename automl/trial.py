@@ -17,21 +17,25 @@ from automl.candidate import TrainConfig
 from automl.models import build_model
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
-from automl.pipeline.latency import check_measurable, measure_latency
+from automl.pipeline.latency import LatencyBudget, check_measurable, measure_latency
 from automl.pipeline.prune import PruneResult, prune
 from automl.pipeline.quantize import STATIC_INT8_RECIPE, QuantizedModel, quantize
 from automl.pipeline.train import train
 from automl.targets import require_present
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from torch import nn
 
     from automl.cache import StageCache
     from automl.candidate import Candidate
     from automl.data import Dataset
+    from automl.spec import Constraint
     from automl.targets import Target
+
+# Latency metrics that are a quantile of the per-batch times.
+_QUANTILE_OF = {"latency_p50_ms": 0.5, "latency_p90_ms": 0.9, "latency_p99_ms": 0.99}
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ def run_trial(
     seed: int = 0,
     threads: int = 1,
     cache: StageCache | None = None,
+    constraints: Sequence[Constraint] = (),
 ) -> TrialOutcome:
     """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.
 
@@ -71,6 +76,8 @@ def run_trial(
         seed: Seed of initialisation, training and fine-tuning.
         threads: Torch threads for training.
         cache: Stage cache, or None to compute everything.
+        constraints: The study's constraints; those on latency stop the timing of a candidate
+            once its runs prove it infeasible (see :class:`LatencyBudget`).
 
     Returns:
         The quantized artifact and its metrics.
@@ -108,6 +115,7 @@ def run_trial(
         latency = measure_latency(
             quantized.path, target, data.x_test, candidate.batch_size,
             torch_model=pruned.model, bits=candidate.bits,
+            budgets=latency_budgets(constraints, candidate.batch_size),
         )  # fmt: skip
     metrics = {
         "accuracy": evaluation.accuracy,
@@ -136,6 +144,19 @@ def run_trial(
         },
         reused=stages.reused,
     )
+
+
+def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[LatencyBudget]:
+    """The latency constraints among ``constraints`` as per-batch budgets at ``batch_size``."""
+    budgets = []
+    for c in constraints:
+        if c.op == "<=" and c.metric in _QUANTILE_OF:
+            budgets.append(LatencyBudget(c.bound, _QUANTILE_OF[c.metric]))
+        elif c.op == "<=" and c.metric == "latency_per_sample_ms":  # the median per sample
+            budgets.append(LatencyBudget(c.bound * batch_size, 0.5))
+        elif c.op == ">=" and c.metric == "throughput_sps" and c.bound > 0:  # of the median
+            budgets.append(LatencyBudget(1000 * batch_size / c.bound, 0.5))
+    return budgets
 
 
 @dataclass

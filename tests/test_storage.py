@@ -94,6 +94,25 @@ def test_stale_trials_are_the_ones_optuna_finds(storage_url):
     storage.engine.dispose()
 
 
+def test_user_attrs_set_together_take_one_commit(storage_url):
+    storage = cached(open_storage(storage_url, Settings()))
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    trial.set_user_attr("kept", 1)
+    commits = []
+    sqlalchemy.event.listen(storage._backend.engine, "commit", lambda _conn: commits.append(1))
+
+    storage.set_trial_user_attrs(trial._trial_id, {"a": 1.5, "b": {"nested": [1, 2]}, "kept": 2})
+
+    assert commits == [1]
+    assert storage.get_trial(trial._trial_id).user_attrs == {"a": 1.5, "b": {"nested": [1, 2]},
+                                                             "kept": 2}  # fmt: skip
+    study.tell(trial, 1.0)
+    with pytest.raises(RuntimeError, match="finished"):  # a finished trial is not updatable
+        storage.set_trial_user_attrs(trial._trial_id, {"late": 1})
+    storage._backend.engine.dispose()
+
+
 def test_a_fresh_trial_is_not_stale_in_a_time_zone_the_client_cannot_resolve():
     with pg_schema() as url:
         west = url + "%20-ctimezone%3D%3C-05%3E%2B05"  # POSIX zone: psycopg falls back to UTC

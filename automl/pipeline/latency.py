@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 _CHUNK_RUNS = 25
 _FEWEST_RUNS = 10  # below it, the median's interval spans every run
 _WARMUP_SECONDS = 0.2
+_FEWEST_OVER_BUDGET = 3  # timed runs a candidate over budget still gets, for its median
+_OVER_BUDGET_ERROR = 0.025  # chance that a candidate stopped over budget was within it
 _Z95 = 1.96
 _ORT_DTYPES = {
     "tensor(float)": np.float32,
@@ -70,12 +72,15 @@ class Latency(LatencyStats):
 
     Attributes:
         converged: The CI target was reached before a cap stopped the runs.
+        over_budget: The runs stopped early, all over a latency budget (see
+            :class:`LatencyBudget`): the candidate is infeasible, and its times are few.
         source: ``"onnxruntime"`` or ``"torch-cuda"``.
         provider: The execution provider that really ran the model.
         env: Environment fingerprint (see :func:`env_fingerprint`).
     """
 
     converged: bool
+    over_budget: bool
     source: str
     provider: str
     env: dict[str, Any] = field(hash=False)
@@ -83,6 +88,33 @@ class Latency(LatencyStats):
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able values, e.g. for Optuna user attrs."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    """A latency constraint: the ``quantile`` of per-batch times must not exceed ``ms``.
+
+    If it holds, a run exceeds ``ms`` with a chance of at most ``1 - quantile``, so ``k`` runs in
+    a row do with at most ``(1 - quantile) ** k``. Once that is below 2.5%, those runs prove
+    the candidate over budget: one run for a p99 budget, two for p90, six for the median. At
+    least three are taken all the same, for the median they report.
+    """
+
+    ms: float
+    quantile: float
+
+    def __post_init__(self) -> None:
+        if not (self.ms > 0 and 0 < self.quantile < 1):
+            raise SpecError(
+                f"a latency budget needs ms > 0 and 0 < quantile < 1, got {self.ms}, "
+                f"{self.quantile}"
+            )
+
+    @property
+    def proof_runs(self) -> int:
+        """First timed runs that, all over ``ms``, prove the budget exceeded (at least three)."""
+        proof = math.ceil(math.log(_OVER_BUDGET_ERROR) / math.log(1 - self.quantile))
+        return max(proof, _FEWEST_OVER_BUDGET)
 
 
 def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
@@ -172,6 +204,7 @@ def measure_latency(
     rel_ci: float = 0.02,
     torch_model: torch.nn.Module | None = None,
     bits: int = 32,
+    budgets: Sequence[LatencyBudget] = (),
 ) -> Latency:
     """Measure the latency of one model at one batch size on the target's hardware.
 
@@ -192,6 +225,8 @@ def measure_latency(
             CUDA target and ONNX Runtime has no CUDA provider here.
         bits: The candidate's bit-width, for the torch path: 16 runs in half precision, 32 in
             float32, and other widths cannot be timed there.
+        budgets: The study's latency constraints at this batch size; the runs stop as soon as
+            they prove one exceeded (``over_budget``).
 
     Returns:
         The measurement.
@@ -225,10 +260,16 @@ def measure_latency(
             "to time the torch model on CUDA. Latency is never estimated as a fallback."
         )
     _warm_up(run_once, warmup_runs)
-    limits = _Limits(min_runs, max_runs, min_seconds, max_seconds, rel_ci)
-    samples, converged = _timed_runs(run_once, batch_size, limits)
-    stats = latency_stats(samples, batch_size)
-    return Latency(**asdict(stats), converged=converged, source=source, provider=provider, env=env)
+    limits = _Limits(min_runs, max_runs, min_seconds, max_seconds, rel_ci, tuple(budgets))
+    samples, stop = _timed_runs(run_once, batch_size, limits)
+    return Latency(
+        **asdict(latency_stats(samples, batch_size)),
+        converged=stop == "converged",
+        over_budget=stop == "over_budget",
+        source=source,
+        provider=provider,
+        env=env,
+    )
 
 
 @dataclass(frozen=True)
@@ -238,6 +279,7 @@ class _Limits:
     min_seconds: float
     max_seconds: float
     rel_ci: float
+    budgets: tuple[LatencyBudget, ...] = ()
 
 
 def _warm_up(run_once: Callable[[], float], runs: int) -> None:
@@ -250,19 +292,24 @@ def _warm_up(run_once: Callable[[], float], runs: int) -> None:
 
 def _timed_runs(
     run_once: Callable[[], float], batch_size: int, limits: _Limits
-) -> tuple[list[float], bool]:
+) -> tuple[list[float], str]:
+    """Timed runs, and why they stopped: ``converged``, ``over_budget`` or ``cap``."""
     samples: list[float] = []
+    unproven = list(limits.budgets)  # the budgets that every run so far exceeded
     start = time.perf_counter()
     while len(samples) < limits.max_runs:
         samples.append(run_once())
+        unproven = [budget for budget in unproven if samples[-1] > budget.ms]
         n, elapsed = len(samples), time.perf_counter() - start
         due = n >= limits.min_runs and (n - limits.min_runs) % _CHUNK_RUNS == 0
         due = due or (_FEWEST_RUNS <= n < limits.min_runs and elapsed >= limits.min_seconds)
         if due and latency_stats(samples, batch_size).ci_rel <= limits.rel_ci:
-            return samples, True
+            return samples, "converged"
+        if any(n >= budget.proof_runs for budget in unproven):
+            return samples, "over_budget"
         if elapsed > limits.max_seconds:
             break
-    return samples, False
+    return samples, "cap"
 
 
 def _ort_runner(session: ort.InferenceSession, batch: np.ndarray) -> Callable[[], float]:

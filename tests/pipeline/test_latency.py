@@ -13,7 +13,12 @@ from torch import nn
 
 from automl.errors import SpecError, TargetUnavailable, UnsupportedQuantization
 from automl.pipeline import latency as latency_module
-from automl.pipeline.latency import check_measurable, latency_stats, measure_latency
+from automl.pipeline.latency import (
+    LatencyBudget,
+    check_measurable,
+    latency_stats,
+    measure_latency,
+)
 from automl.targets import load_target
 
 if TYPE_CHECKING:
@@ -105,10 +110,60 @@ def test_a_slow_model_stops_once_its_runs_agree_before_min_runs() -> None:
     limits = latency_module._Limits(
         min_runs=50, max_runs=5000, min_seconds=0.25, max_seconds=10.0, rel_ci=0.1
     )
-    samples, converged = latency_module._timed_runs(run_once, 1, limits)
+    samples, stop = latency_module._timed_runs(run_once, 1, limits)
 
-    assert converged
+    assert stop == "converged"
     assert latency_module._FEWEST_RUNS <= len(samples) < 50
+
+
+@pytest.mark.parametrize(("quantile", "runs"), [(0.99, 3), (0.9, 3), (0.5, 6)])
+def test_a_budget_is_proven_exceeded_by_runs_enough_for_its_quantile(quantile, runs) -> None:
+    assert LatencyBudget(ms=1.0, quantile=quantile).proof_runs == runs
+
+
+@pytest.mark.parametrize(("ms", "quantile"), [(0.0, 0.5), (1.0, 1.0), (1.0, 0.0)])
+def test_a_budget_must_be_possible(ms, quantile) -> None:
+    with pytest.raises(SpecError, match="latency budget"):
+        LatencyBudget(ms=ms, quantile=quantile)
+
+
+def _runs(times_ms: list[float]):
+    queue = iter(times_ms)
+    return lambda: next(queue)
+
+
+def test_runs_all_over_a_budget_stop_as_over_budget() -> None:
+    limits = latency_module._Limits(
+        min_runs=50, max_runs=100, min_seconds=10.0, max_seconds=10.0, rel_ci=0.0,
+        budgets=(LatencyBudget(ms=5.0, quantile=0.5), LatencyBudget(ms=8.0, quantile=0.99)),
+    )  # fmt: skip
+
+    samples, stop = latency_module._timed_runs(_runs([9.0, 9.5, 8.5] + [9.0] * 97), 1, limits)
+
+    assert (stop, samples) == ("over_budget", [9.0, 9.5, 8.5])
+
+
+def test_a_run_within_the_budget_keeps_the_candidate_timed() -> None:
+    limits = latency_module._Limits(
+        min_runs=50, max_runs=20, min_seconds=10.0, max_seconds=10.0, rel_ci=0.0,
+        budgets=(LatencyBudget(ms=5.0, quantile=0.99),),
+    )  # fmt: skip
+
+    samples, stop = latency_module._timed_runs(_runs([4.0] + [9.0] * 19), 1, limits)
+
+    assert (stop, len(samples)) == ("cap", 20)
+
+
+def test_a_model_over_budget_is_measured_briefly(onnx_model: Path, samples: np.ndarray) -> None:
+    budget = LatencyBudget(ms=1e-6, quantile=0.99)  # no model runs in a nanosecond
+
+    lat = measure_latency(onnx_model, load_target("cpu"), samples, 8, budgets=[budget])
+    within = measure_latency(onnx_model, load_target("cpu"), samples, 8, min_runs=10)
+
+    assert lat.over_budget and not lat.converged
+    assert lat.runs == latency_module._FEWEST_OVER_BUDGET
+    assert lat.p50_ms > budget.ms
+    assert not within.over_budget and within.runs >= 10
 
 
 @pytest.mark.parametrize(("run_ms", "runs"), [(1.0, 10), (150.0, 2)])

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from automl.candidate import ArchConfig, Candidate, TrainConfig
+from automl.pipeline.latency import LatencyBudget
+from automl.spec import Constraint
+from automl.targets import load_target
+from automl.trial import latency_budgets, run_trial
+
+
+def _constraints(*texts: str) -> list[Constraint]:
+    return [Constraint.model_validate(text) for text in texts]
+
+
+def test_latency_constraints_become_per_batch_budgets() -> None:
+    constraints = _constraints(
+        "latency_p99_ms <= 5",
+        "latency_p50_ms <= 2",
+        "latency_per_sample_ms <= 0.5",
+        "throughput_sps >= 1000",
+        "accuracy >= 0.9",
+        "size_mb <= 1",
+    )
+
+    budgets = latency_budgets(constraints, batch_size=8)
+
+    assert budgets == [
+        LatencyBudget(5.0, 0.99),
+        LatencyBudget(2.0, 0.5),
+        LatencyBudget(4.0, 0.5),
+        LatencyBudget(8.0, 0.5),
+    ]
+
+
+def test_a_trial_over_its_latency_budget_is_timed_briefly_and_recorded_infeasible(
+    digits, tmp_path
+) -> None:
+    candidate = Candidate(
+        ArchConfig("mlp", 8, 1), batch_size=8, train=TrainConfig(epochs=1), finetune_epochs=0
+    )
+    budget = "latency_p99_ms <= 0.000001"  # no model runs in a nanosecond
+
+    outcome = run_trial(
+        candidate, load_target("cpu"), digits, tmp_path, constraints=_constraints(budget)
+    )
+
+    assert outcome.latency["over_budget"] and not outcome.latency["converged"]
+    assert outcome.latency["runs"] == 3
+    assert outcome.metrics["latency_p99_ms"] > 0.000001
+    assert 0 < outcome.metrics["accuracy"] <= 1
