@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 import warnings
@@ -16,6 +17,8 @@ from optuna.storages._rdb.models import TrialHeartbeatModel, TrialModel, TrialUs
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
 from sqlalchemy import event, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -115,15 +118,32 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         self._write_heartbeat(trial_id)
 
     def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
-        """Set several user attrs of a running trial in one transaction, instead of one each.
+        """Set several user attrs of a running trial in one statement, instead of one each.
 
-        A trial ends with some 25 attrs; on SQLite each commit costs about 0.6 ms.
+        A trial ends with some 25 attrs, each of which Optuna writes with a query, an upsert
+        and a commit (about 0.6 ms on SQLite). SQLite and PostgreSQL take one multi-row
+        upsert; other databases get Optuna's statements in one transaction.
         """
+        upsert = {"sqlite": sqlite_insert, "postgresql": postgresql_insert}.get(self.engine.name)
         with _create_scoped_session(self.scoped_session, True) as session:
-            for key, value in attrs.items():
-                self._set_trial_attr_without_commit(
-                    session, TrialUserAttributeModel, trial_id, key, value
+            if upsert is None:
+                for key, value in attrs.items():
+                    self._set_trial_attr_without_commit(
+                        session, TrialUserAttributeModel, trial_id, key, value
+                    )
+                return
+            trial = TrialModel.find_or_raise_by_id(trial_id, session)
+            self.check_trial_is_updatable(trial_id, trial.state)
+            attr = TrialUserAttributeModel
+            rows = [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                    for k, v in attrs.items()]  # fmt: skip
+            statement = upsert(attr).values(rows)
+            session.execute(
+                statement.on_conflict_do_update(
+                    index_elements=[attr.trial_id, attr.key],
+                    set_={"value_json": statement.excluded.value_json},
                 )
+            )
 
     def has_waiting_trials(self, study_id: int) -> bool:
         """Whether study ``study_id`` has an enqueued (WAITING) trial: one indexed query."""

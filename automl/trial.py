@@ -15,9 +15,15 @@ import torch
 from automl.cache import content_key
 from automl.candidate import TrainConfig
 from automl.models import build_model
+from automl.pipeline._ort import make_session
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
-from automl.pipeline.latency import LatencyBudget, check_measurable, measure_latency
+from automl.pipeline.latency import (
+    LatencyBudget,
+    check_measurable,
+    measure_latency,
+    times_with_torch,
+)
 from automl.pipeline.prune import PruneResult, prune
 from automl.pipeline.quantize import STATIC_INT8_RECIPE, QuantizedModel, quantize
 from automl.pipeline.train import train
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
     from automl.spec import Constraint
     from automl.targets import Target
 
+STAGES = ("train", "prune", "export", "quantize", "evaluate", "latency")
 # Latency metrics that are a quantile of the per-batch times.
 _QUANTILE_OF = {"latency_p50_ms": 0.5, "latency_p90_ms": 0.9, "latency_p99_ms": 0.99}
 
@@ -64,9 +71,9 @@ def run_trial(
 ) -> TrialOutcome:
     """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.
 
-    With a ``cache``, trained weights, pruned and fine-tuned weights, and quantized graphs are
-    reused when a previous trial produced them from the same inputs. Evaluation and latency
-    are always run.
+    With a ``cache``, trained weights, pruned and fine-tuned weights, fp32 graphs and quantized
+    graphs are reused when a previous trial produced them from the same inputs; a trial whose
+    graph is cached builds no torch model. Evaluation and latency are always run.
 
     Args:
         candidate: The point of the search space.
@@ -91,30 +98,22 @@ def run_trial(
     require_present(target)
     check_measurable(target, candidate.bits)
     stages = _Stages(candidate, data, Path(workdir), seed, threads, _torch_device(target), cache)
-    timings: dict[str, float] = {}
-    with _timed(timings, "train"):
-        trained, train_history = stages.train()
-    with _timed(timings, "prune"):
-        pruned = stages.prune(trained)
-    with _timed(timings, "export"):
-        hit = stages.cached_quantized()
-        exported = None if hit else stages.export(pruned.model)
-    with _timed(timings, "quantize"):
-        quantized, onnx_diff = hit or stages.quantize(exported)
+    timings = dict.fromkeys(STAGES, 0.0)
+    quantized, onnx_diff, built = stages.quantized(timings)
     with _timed(timings, "evaluate"):
+        session = make_session(quantized.path, target.execution_providers, target.intra_op_threads)
         evaluation = evaluate(
-            quantized.path,
+            session,
             data.x_test,
             data.y_test,
             num_classes=data.num_classes,
-            providers=target.execution_providers,
-            intra_op_threads=target.intra_op_threads,
             batch_size=candidate.batch_size,  # dynamic int8 scales depend on the batch
         )
+    torch_model = stages.pruned(timings)[0].model if times_with_torch(target) else None
     with _timed(timings, "latency"):
         latency = measure_latency(
-            quantized.path, target, data.x_test, candidate.batch_size,
-            torch_model=pruned.model, bits=candidate.bits,
+            session, target, data.x_test, candidate.batch_size,
+            torch_model=torch_model, bits=candidate.bits, **_warm_up_after(data, candidate),
             budgets=latency_budgets(constraints, candidate.batch_size),
         )  # fmt: skip
     metrics = {
@@ -125,10 +124,10 @@ def run_trial(
         "latency_per_sample_ms": latency.per_sample_ms,
         "throughput_sps": latency.throughput_sps,
         "size_mb": quantized.size_bytes / 1e6,
-        "params": float(pruned.params_after),
-        "macs": float(pruned.macs_after),
-        "params_unpruned": float(pruned.params_before),
-        "macs_unpruned": float(pruned.macs_before),
+        "params": float(built["params_after"]),
+        "macs": float(built["macs_after"]),
+        "params_unpruned": float(built["params_before"]),
+        "macs_unpruned": float(built["macs_before"]),
     }
     return TrialOutcome(
         artifact=quantized.path,
@@ -137,13 +136,21 @@ def run_trial(
         latency={**latency.as_dict(), "method": quantized.method},
         env=latency.env,
         history={
-            "train": list(train_history),
-            "finetune": list(pruned.history),
+            "train": built["train"],
+            "finetune": built["finetune"],
             "confusion": [list(row) for row in evaluation.confusion],
             "onnx_max_abs_diff": onnx_diff,
         },
         reused=stages.reused,
     )
+
+
+def _warm_up_after(data: Dataset, candidate: Candidate) -> dict[str, int]:
+    """Warm-up left for the session that evaluated the model: one run, if a batch was full.
+
+    Evaluation ran the test set at the serving batch, and only its last batch may be shorter.
+    """
+    return {"warmup_runs": 1} if len(data.x_test) >= candidate.batch_size else {}
 
 
 def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[LatencyBudget]:
@@ -161,7 +168,12 @@ def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[
 
 @dataclass
 class _Stages:
-    """The model-building stages of one trial, each looked up in the cache first."""
+    """The model-building stages of one trial, each looked up in the cache first.
+
+    The first stage found cached, from the last one back, is where the work starts: a trial
+    whose quantized graph is cached builds no torch model at all. Each ONNX entry carries the
+    model's summary (``_summary``), so the trial records it all the same.
+    """
 
     candidate: Candidate
     data: Dataset
@@ -173,7 +185,7 @@ class _Stages:
 
     def __post_init__(self) -> None:
         c = self.candidate
-        self.reused = {"train": False, "prune": False, "quantize": False}
+        self.reused = dict.fromkeys(("train", "prune", "export", "quantize"), False)
         self.finetune = TrainConfig(
             epochs=c.finetune_epochs,
             lr=c.train.lr / 3,
@@ -182,12 +194,64 @@ class _Stages:
         )
         self.train_key = content_key("train", c.arch, c.train, self.data.fingerprint, self.seed)
         self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, self.finetune)
+        self.export_key = content_key("export", self.prune_key, OPSET)
         int8_mode = c.int8_mode if c.bits == 8 else None
         self.quant_key = content_key(
             "quantize", self.prune_key, c.bits, int8_mode, OPSET, STATIC_INT8_RECIPE
         )
+        self._pruned: tuple[PruneResult, dict] | None = None
 
-    def train(self) -> tuple[nn.Module, tuple[dict, ...]]:
+    def quantized(self, timings: dict[str, float]) -> tuple[QuantizedModel, float, dict]:
+        """The quantized graph, its export's difference from torch, and the model's summary."""
+        with _timed(timings, "quantize"):
+            hit = self._cached_onnx("quantize", self.quant_key, "model.onnx")
+        if hit is not None:
+            path, meta = hit
+            self._reuse("train", "prune", "export", "quantize")
+            return (
+                QuantizedModel(path=path, **meta["quantized"]),
+                meta["max_abs_diff"],
+                meta["model"],
+            )
+        exported, built = self._exported(timings)
+        with _timed(timings, "quantize"):
+            quantized = quantize(
+                exported.path, self.workdir / "model.onnx", self.candidate.bits,
+                calibration=self.data.x_calib, int8_mode=self.candidate.int8_mode,
+            )  # fmt: skip
+            meta = {k: v for k, v in asdict(quantized).items() if k != "path"}
+            self._put_onnx("quantize", self.quant_key, quantized.path,
+                           {"quantized": meta, "max_abs_diff": exported.max_abs_diff,
+                            "model": built})  # fmt: skip
+        return quantized, exported.max_abs_diff, built
+
+    def _exported(self, timings: dict[str, float]) -> tuple[ExportResult, dict]:
+        """The fp32 ONNX graph and the model's summary; built from the torch model on a miss."""
+        with _timed(timings, "export"):
+            hit = self._cached_onnx("export", self.export_key, "model-fp32.onnx")
+        if hit is not None:
+            self._reuse("train", "prune", "export")
+            return ExportResult(hit[0], hit[1]["max_abs_diff"]), hit[1]["model"]
+        pruned, built = self.pruned(timings)
+        with _timed(timings, "export"):
+            exported = export_onnx(
+                pruned.model, self.data.x_test[:64], self.workdir / "model-fp32.onnx"
+            )
+            self._put_onnx("export", self.export_key, exported.path,
+                           {"max_abs_diff": exported.max_abs_diff, "model": built})  # fmt: skip
+        return exported, built
+
+    def pruned(self, timings: dict[str, float]) -> tuple[PruneResult, dict]:
+        """The pruned, fine-tuned torch model and its summary, built once."""
+        if self._pruned is None:
+            with _timed(timings, "train"):
+                trained, history = self._train()
+            with _timed(timings, "prune"):
+                pruned = self._prune(trained)
+            self._pruned = pruned, _summary(pruned, history)
+        return self._pruned
+
+    def _train(self) -> tuple[nn.Module, tuple[dict, ...]]:
         model = build_model(
             self.candidate.arch, self.data.input_shape, self.data.num_classes, seed=self.seed
         )
@@ -203,7 +267,7 @@ class _Stages:
                                              "history": list(result.history)})  # fmt: skip
         return result.model, result.history
 
-    def prune(self, trained: nn.Module) -> PruneResult:
+    def _prune(self, trained: nn.Module) -> PruneResult:
         cached = self._load("prune", self.prune_key)
         if cached is not None:
             # Pruning is deterministic and cheap: redo it to get the shapes, skip the fine-tune.
@@ -218,39 +282,34 @@ class _Stages:
                                              "history": list(result.history)})  # fmt: skip
         return result
 
-    def cached_quantized(self) -> tuple[QuantizedModel, float] | None:
+    def _reuse(self, *kinds: str) -> None:
+        self.reused.update(dict.fromkeys(kinds, True))
+
+    def _cached_onnx(self, kind: str, key: str, name: str) -> tuple[Path, dict] | None:
+        """A cached graph, copied into the workdir as ``name``, and its metadata."""
         if self.cache is None:
             return None
-        onnx_path = self.cache.get("quantize", self.quant_key, ".onnx")
-        meta_path = self.cache.get("quantize", self.quant_key, ".json")
+        onnx_path = self.cache.get(kind, key, ".onnx")
+        meta_path = self.cache.get(kind, key, ".json")
         if onnx_path is None or meta_path is None:
             return None
         try:
             meta = json.loads(meta_path.read_text())
+            if not {"max_abs_diff", "model"} <= meta.keys():
+                return None  # written by an older version: recompute
             self.workdir.mkdir(parents=True, exist_ok=True)
-            out = shutil.copyfile(onnx_path, self.workdir / "model.onnx")
-        except (OSError, ValueError):
+            return shutil.copyfile(onnx_path, self.workdir / name), meta
+        except (OSError, ValueError, AttributeError):
             return None  # evicted meanwhile or unreadable: recompute
-        self.reused["quantize"] = True
-        return QuantizedModel(path=out, **meta["quantized"]), meta["onnx_max_abs_diff"]
 
-    def export(self, model: nn.Module) -> ExportResult:
-        return export_onnx(model, self.data.x_test[:64], self.workdir / "model-fp32.onnx")
-
-    def quantize(self, exported: ExportResult) -> tuple[QuantizedModel, float]:
-        quantized = quantize(
-            exported.path, self.workdir / "model.onnx", self.candidate.bits,
-            calibration=self.data.x_calib, int8_mode=self.candidate.int8_mode,
-        )  # fmt: skip
-        if self.cache is not None:
-            meta = {k: v for k, v in asdict(quantized).items() if k != "path"}
-            meta_file = self.workdir / "quantized.json"
-            meta_file.write_text(
-                json.dumps({"quantized": meta, "onnx_max_abs_diff": exported.max_abs_diff})
-            )
-            self.cache.put("quantize", self.quant_key, ".onnx", quantized.path)
-            self.cache.put("quantize", self.quant_key, ".json", meta_file)
-        return quantized, exported.max_abs_diff
+    def _put_onnx(self, kind: str, key: str, onnx_path: Path, meta: dict) -> None:
+        if self.cache is None:
+            return
+        meta_file = self.workdir / f"{kind}.json"
+        meta_file.write_text(json.dumps(meta))
+        # The graph first: a reader that finds the metadata finds the graph.
+        self.cache.put(kind, key, ".onnx", onnx_path)
+        self.cache.put(kind, key, ".json", meta_file)
 
     def _load(self, kind: str, key: str) -> dict | None:
         path = self.cache.get(kind, key, ".pt") if self.cache is not None else None
@@ -272,6 +331,18 @@ class _Stages:
         self.cache.put(kind, key, ".pt", tmp)
 
 
+def _summary(pruned: PruneResult, train_history: tuple[dict, ...]) -> dict:
+    """What a trial records of its torch model: sizes before and after pruning, histories."""
+    return {
+        "macs_before": pruned.macs_before,
+        "params_before": pruned.params_before,
+        "macs_after": pruned.macs_after,
+        "params_after": pruned.params_after,
+        "train": list(train_history),
+        "finetune": list(pruned.history),
+    }
+
+
 def _fields(result: PruneResult) -> dict:
     """Field values of a frozen dataclass without deep-copying the model."""
     return {name: getattr(result, name) for name in result.__dataclass_fields__}
@@ -285,8 +356,9 @@ def _torch_device(target: Target) -> str:
 
 @contextmanager
 def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    """Add the time the block takes to ``timings[stage]``."""
     start = time.perf_counter()
     try:
         yield
     finally:
-        timings[stage] = time.perf_counter() - start
+        timings[stage] += time.perf_counter() - start

@@ -35,6 +35,15 @@ def make_session(
     return ort.InferenceSession(str(model_path), sess_options=options, providers=chosen)
 
 
+def open_session(
+    model: Path | str | ort.InferenceSession, providers: Sequence[str], intra_op_threads: int
+) -> ort.InferenceSession:
+    """``model`` itself if it is a session already, else :func:`make_session` on the file."""
+    if isinstance(model, ort.InferenceSession):
+        return model
+    return make_session(model, providers, intra_op_threads)
+
+
 def input_name(session: ort.InferenceSession) -> str:
     """Name of the model's single input."""
     return session.get_inputs()[0].name

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from automl.errors import SpecError
-from automl.pipeline._ort import input_name, make_session
+from automl.pipeline._ort import input_name, open_session
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
+
+    import onnxruntime as ort
 
 # ORT input element types that callers' float32 arrays are cast to.
 _FLOAT_INPUTS = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -42,7 +44,7 @@ class Evaluation:
 
 
 def evaluate(
-    model_path: Path | str,
+    model: Path | str | ort.InferenceSession,
     x: np.ndarray,
     y: np.ndarray,
     *,
@@ -54,8 +56,8 @@ def evaluate(
     """Run the ONNX model over ``x`` in batches and score its top-1 predictions against ``y``.
 
     Args:
-        model_path: The ONNX artifact; its single input takes ``x``, its first output is logits
-            ``(N, num_classes)``.
+        model: The ONNX artifact, or a session of it; its single input takes ``x``, its first
+            output is logits ``(N, num_classes)``.
         x: Float32 inputs ``(N, *input_shape)``; cast to float16 if the model's input is float16.
         y: Integer labels ``(N,)`` in ``[0, num_classes)``.
         num_classes: Number of classes; the size of the confusion matrix.
@@ -83,7 +85,7 @@ def evaluate(
     if batch_size < 1:
         raise SpecError(f"batch_size must be positive, got {batch_size}")
 
-    session = make_session(model_path, providers, intra_op_threads)
+    session = open_session(model, providers, intra_op_threads)
     name = input_name(session)
     dtype = _FLOAT_INPUTS.get(session.get_inputs()[0].type)
     predictions = []

@@ -24,7 +24,7 @@ import numpy as np
 import onnxruntime as ort
 
 from automl.errors import SpecError, TargetUnavailable, UnsupportedQuantization
-from automl.pipeline._ort import input_name, make_session
+from automl.pipeline._ort import input_name, open_session
 from automl.targets import detect_gpu_names, require_present
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def env_fingerprint(provider: str, threads: int, target: Target) -> dict[str, An
 
 
 def measure_latency(
-    model_path: Path | str,
+    model: Path | str | ort.InferenceSession,
     target: Target,
     inputs: np.ndarray,
     batch_size: int,
@@ -209,7 +209,8 @@ def measure_latency(
     """Measure the latency of one model at one batch size on the target's hardware.
 
     Args:
-        model_path: The ONNX file.
+        model: The ONNX file, or a session of it on ``target``'s providers and threads (one
+            that has just run at ``batch_size`` needs fewer ``warmup_runs``).
         target: Where to measure; its hardware must be on this machine.
         inputs: Real test samples, float32 of shape ``(N, *input_shape)``; rows are
             repeated when ``N < batch_size``.
@@ -243,7 +244,7 @@ def measure_latency(
             f"batch_size={batch_size}, {len(inputs)} inputs, min_runs={min_runs}, "
             f"max_runs={max_runs}"
         )
-    session = make_session(model_path, target.execution_providers, target.intra_op_threads)
+    session = open_session(model, target.execution_providers, target.intra_op_threads)
     provider = session.get_providers()[0]
     wanted = target.execution_providers[0]
     if provider == wanted:
@@ -338,8 +339,15 @@ def check_measurable(target: Target, bits: int) -> None:
     Raises:
         UnsupportedQuantization: The candidate's bit-width cannot be timed on this host.
     """
-    if target.kind == "cuda" and target.execution_providers[0] not in ort.get_available_providers():
+    if times_with_torch(target):
         _torch_dtype_name(bits)
+
+
+def times_with_torch(target: Target) -> bool:
+    """Whether ``target`` is timed with torch on CUDA here (ONNX Runtime lacks its provider)."""
+    return (
+        target.kind == "cuda" and target.execution_providers[0] not in ort.get_available_providers()
+    )
 
 
 def _torch_dtype_name(bits: int) -> str:

@@ -11,6 +11,7 @@ import pytest
 from onnxconverter_common import float16
 
 from automl.errors import SpecError
+from automl.pipeline._ort import make_session
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.train import accuracy
 
@@ -49,6 +50,14 @@ def test_batching_does_not_change_the_result(digits, mlp):
     x_test, y_test = digits.x_test, digits.y_test
     whole = evaluate(mlp[0], x_test, y_test, num_classes=10, batch_size=1024)
     assert evaluate(mlp[0], x_test, y_test, num_classes=10, batch_size=7) == whole
+
+
+def test_an_open_session_is_evaluated_as_its_file(digits, mlp):
+    session = make_session(mlp[0], ["CPUExecutionProvider"], 1)
+    from_file = evaluate(mlp[0], digits.x_test, digits.y_test, num_classes=10, batch_size=32)
+    assert (
+        evaluate(session, digits.x_test, digits.y_test, num_classes=10, batch_size=32) == from_file
+    )
 
 
 def test_float16_input_is_cast(digits, mlp, tmp_path):

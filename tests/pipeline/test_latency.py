@@ -13,6 +13,7 @@ from torch import nn
 
 from automl.errors import SpecError, TargetUnavailable, UnsupportedQuantization
 from automl.pipeline import latency as latency_module
+from automl.pipeline._ort import make_session
 from automl.pipeline.latency import (
     LatencyBudget,
     check_measurable,
@@ -99,6 +100,19 @@ def test_measures_onnxruntime_on_cpu(onnx_model: Path, samples: np.ndarray) -> N
         json.dumps(lat.as_dict())
     assert (one.batch_size, many.batch_size) == (1, 64)
     assert many.p50_ms > one.p50_ms
+
+
+def test_an_open_session_is_timed_with_the_warm_up_asked(
+    onnx_model: Path, samples: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = make_session(onnx_model, ["CPUExecutionProvider"], 1)
+    warm_ups = []
+    monkeypatch.setattr(latency_module, "_warm_up", lambda run_once, runs: warm_ups.append(runs))
+
+    lat = measure_latency(session, load_target("cpu"), samples, 8, warmup_runs=1, min_runs=10)
+
+    assert warm_ups == [1]
+    assert lat.runs >= 10 and lat.provider == "CPUExecutionProvider"
 
 
 def test_a_slow_model_stops_once_its_runs_agree_before_min_runs() -> None:
