@@ -33,6 +33,8 @@ def _summary(study, seconds: float) -> dict:
         "trials": len(trials),
         "per_min": 60 * len(trials) / seconds,
         "seconds_total": seconds,
+        "seconds_trials": total,
+        "seconds_training": training,
         "outside_training": 1 - training / total,
         "stages": {stage: sum(t[stage] for t in timings) / len(trials) for stage in timings[0]}
         | {"other": (total - sum(sum(t.values()) for t in timings)) / len(trials)},
@@ -103,7 +105,7 @@ def main() -> None:
     parser.add_argument("--trials-per-model", type=int, default=StudySpec().trials_per_model)
     args = parser.parse_args()
     spec = {"name": "throughput", "search_space": args.space, "n_trials": args.trials}
-    seconds = {"on": 0.0, "off": 0.0}
+    totals = {side: {"elapsed": 0.0, "trials": 0.0, "training": 0.0} for side in ("on", "off")}
     with tempfile.TemporaryDirectory() as tmp:
         run_study(Path(tmp) / "warm-up", cache=False, **(spec | {"n_trials": 1, "seed": 0}))
         for seed in args.seeds:
@@ -112,11 +114,16 @@ def main() -> None:
             print(f"{args.trials} trials of {args.space}, seed {seed}, trials_per_model "
                   f"{args.trials_per_model}, same params: {same}")  # fmt: skip
             _report(on, off)
-            seconds["on"] += on["seconds_total"]
-            seconds["off"] += off["seconds_total"]
+            for side, row in (("on", on), ("off", off)):
+                totals[side]["elapsed"] += row["seconds_total"]
+                totals[side]["trials"] += row["seconds_trials"]
+                totals[side]["training"] += row["seconds_training"]
     if len(args.seeds) > 1:
-        print(f"all seeds: speed-up with cache {seconds['off'] / seconds['on']:.2f}x "
-              f"({seconds['on']:.0f} s against {seconds['off']:.0f} s)")  # fmt: skip
+        on, off = totals["on"], totals["off"]
+        print(f"all seeds: speed-up with cache {off['elapsed'] / on['elapsed']:.2f}x "
+              f"({on['elapsed']:.0f} s against {off['elapsed']:.0f} s); trial time outside "
+              f"train/fine-tune {100 * (1 - on['training'] / on['trials']):.1f} % with the "
+              f"cache, {100 * (1 - off['training'] / off['trials']):.1f} % without")  # fmt: skip
 
 
 if __name__ == "__main__":
