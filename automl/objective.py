@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import tempfile
@@ -12,6 +13,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 import optuna
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import TrialState
 
 from automl.data import Dataset, load_dataset
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from automl.targets import Target
 
 logger = logging.getLogger("automl.trial")
-# Constraints are written in both of Optuna's formats (see _record_constraints) under the same
+# Constraints are written in both of Optuna's formats (see _constraint_attrs) under the same
 # keys, so Optuna's notice that one overwrites the other says nothing.
 warnings.filterwarnings(
     "ignore", message="Overwrite an old format constraint", category=UserWarning
@@ -102,6 +104,9 @@ class StudyObjective:
         """
         if self.spec.n_trials is None:
             return False
+        count = getattr(trial.storage, "count_taken_trials", None)
+        if count is not None:  # one query, instead of reading the trials
+            return count(trial.study._study_id, trial.number) >= self.spec.n_trials
         taken = 0
         for other in trial.study.get_trials(deepcopy=False, states=_TAKEN):
             if other.state == TrialState.COMPLETE or other.number < trial.number:
@@ -115,10 +120,13 @@ class StudyObjective:
 
         space, target = self._space_and_target
         worker = f"{socket.gethostname()}:{os.getpid()}"
-        trial.set_user_attr(WORKER, worker)
         logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker)
-        candidate = space.suggest(trial)
-        trial.set_user_attr("candidate", candidate.as_dict())
+        try:
+            candidate = space.suggest(trial)
+        except Exception:  # a trial whose params cannot be suggested still says who ran it
+            _set_attrs(trial, {WORKER: worker})
+            raise
+        _set_attrs(trial, {WORKER: worker, "candidate": candidate.as_dict()})
         data = cached_dataset(self.spec.dataset, self.spec.seed)
         with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
             outcome = run_trial(
@@ -149,35 +157,43 @@ class StudyObjective:
             "history": outcome.history,
             "preprocessing": data.preprocessing,
             ARTIFACT_ID: artifact_id,
-            "feasible": self._record_constraints(trial, outcome.metrics),
         }
-        _set_user_attrs(trial, attrs)
+        violations = [c.violation(outcome.metrics) for c in self.spec.constraints]
+        attrs["feasible"] = all(v <= 0 for v in violations)
+        _set_attrs(trial, attrs, _constraint_attrs(violations))
         return [o.value(outcome.metrics) for o in self.spec.objectives]
 
-    def _record_constraints(self, trial: optuna.Trial, metrics: dict[str, float]) -> bool:
-        """Record violations (≤ 0 is feasible) with ``set_constraint`` under index keys.
 
-        optuna-dashboard 0.21 reads only the older list attr ``constraints``; Optuna reads both
-        formats into the same index keys, so each constraint counts once. Their names are the
-        study's ``constraints`` user attr, in the same order.
+def _constraint_attrs(violations: list[float]) -> dict[str, float | list[float]]:
+    """System attrs of the constraint violations (≤ 0 is feasible), in both of Optuna's formats.
 
-        Returns:
-            Whether the trial is feasible.
-        """
-        violations = [c.violation(metrics) for c in self.spec.constraints]
-        for index, violation in enumerate(violations):
-            trial.set_constraint(str(index), violation)
-        if violations:
-            trial.storage.set_trial_system_attr(trial._trial_id, "constraints", violations)
-        return all(v <= 0 for v in violations)
+    ``Trial.set_constraint`` writes ``constraints:<key>``, here the constraint's index;
+    optuna-dashboard 0.21 reads only the older list attr ``constraints``. Optuna reads both
+    into the same index keys, so each constraint counts once. Their names are the study's
+    ``constraints`` user attr, in the same order.
+
+    Raises:
+        ValueError: A violation is NaN, which Optuna does not allow either.
+    """
+    if any(math.isnan(v) for v in violations):
+        raise ValueError(f"a constraint's violation is NaN: {violations}")
+    if not violations:
+        return {}
+    by_index = {f"{_CONSTRAINTS_KEY}:{i}": float(v) for i, v in enumerate(violations)}
+    return {**by_index, _CONSTRAINTS_KEY: [float(v) for v in violations]}
 
 
-def _set_user_attrs(trial: optuna.Trial, attrs: dict) -> None:
-    """Set ``attrs`` on ``trial``: in one transaction where the storage can (ours can)."""
-    set_all = getattr(trial.storage, "set_trial_user_attrs", None)
+def _set_attrs(trial: optuna.Trial, user_attrs: dict, system_attrs: dict | None = None) -> None:
+    """Set attrs on ``trial``: in one transaction where the storage can (ours can)."""
+    system_attrs = system_attrs or {}
+    set_all = getattr(trial.storage, "set_trial_attrs", None)
     if set_all is None:
-        for key, value in attrs.items():
+        for key, value in user_attrs.items():
             trial.set_user_attr(key, value)
+        for key, value in system_attrs.items():
+            trial.storage.set_trial_system_attr(trial._trial_id, key, value)
         return
-    set_all(trial._trial_id, attrs)
-    trial._cached_frozen_trial.user_attrs.update(attrs)  # as Trial.set_user_attr keeps it
+    set_all(trial._trial_id, user_attrs, system_attrs)
+    # As Trial.set_user_attr and Trial.set_constraint keep them:
+    trial._cached_frozen_trial.user_attrs.update(user_attrs)
+    trial._cached_frozen_trial.system_attrs.update(system_attrs)

@@ -26,6 +26,7 @@ from automl.studies import (
     STOP_ATTR,
     count_states,
     fail_cap,
+    first_start,
     out_of_time,
     readable_spec,
 )
@@ -77,7 +78,7 @@ def _runnable(study: FrozenStudy, storage: BaseStorage, scope: Scope) -> bool:
     counts = count_states(trials)
     if counts["FAIL"] >= fail_cap(spec):
         return False
-    if out_of_time(spec, trials):
+    if out_of_time(spec, first_start(trials)):
         return False
     return spec.n_trials is None or counts["COMPLETE"] + counts["RUNNING"] < spec.n_trials
 

@@ -169,12 +169,26 @@ def study_state(
     return "done" if timed_out else "queued"
 
 
-def out_of_time(spec: StudySpec, trials: list[optuna.trial.FrozenTrial]) -> bool:
-    """Whether ``timeout_s`` has passed since the study's first trial started."""
-    started = [t.datetime_start for t in trials if t.datetime_start is not None]
-    if spec.timeout_s is None or not started:
+def state_counts(study: optuna.Study) -> tuple[dict[str, int], datetime | None]:
+    """Trials per state name and the first trial's start: one query on our RDB storages."""
+    count = getattr(study._storage, "count_trials", None)
+    if count is None:
+        trials = study.get_trials(deepcopy=False)
+        return count_states(trials), first_start(trials)
+    by_state, started = count(study._study_id)
+    return dict.fromkeys(_STATES, 0) | {s.name: n for s, n in by_state.items()}, started
+
+
+def first_start(trials: list[optuna.trial.FrozenTrial]) -> datetime | None:
+    """When the first of ``trials`` started; None when none has."""
+    return min((t.datetime_start for t in trials if t.datetime_start is not None), default=None)
+
+
+def out_of_time(spec: StudySpec, started: datetime | None) -> bool:
+    """Whether ``timeout_s`` has passed since ``started``, the study's first trial's start."""
+    if spec.timeout_s is None or started is None:
         return False
-    return (datetime.now() - min(started)).total_seconds() >= spec.timeout_s
+    return (datetime.now() - started).total_seconds() >= spec.timeout_s
 
 
 def fail_cap(spec: StudySpec) -> int:
@@ -188,7 +202,7 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
     trials = study.get_trials(deepcopy=False)
     counts = count_states(trials)
     stop_requested = bool(study.user_attrs.get(STOP_ATTR))
-    state = study_state(spec, counts, stop_requested, out_of_time(spec, trials))
+    state = study_state(spec, counts, stop_requested, out_of_time(spec, first_start(trials)))
     # Optuna's retry callback appends the trial it re-runs to the retry's history.
     retries = {
         t.system_attrs["retry_history"][-1]: t.number

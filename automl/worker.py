@@ -21,7 +21,7 @@ from automl.objective import StudyObjective
 from automl.samplers import make_sampler
 from automl.space import load_space
 from automl.storage import cached
-from automl.studies import STOP_ATTR, count_states, fail_cap, load, out_of_time
+from automl.studies import STOP_ATTR, fail_cap, load, out_of_time, state_counts
 from automl.variants import VariantSampler
 
 if TYPE_CHECKING:
@@ -184,10 +184,9 @@ def _stop_reason(study, spec, stop, ran, max_trials) -> str | None:
         return "stopped"
     if max_trials is not None and ran >= max_trials:
         return "max-trials"
-    trials = study.get_trials(deepcopy=False)
-    if out_of_time(spec, trials):  # timeout_s counts from the study's first trial
+    counts, first_start = state_counts(study)
+    if out_of_time(spec, first_start):  # timeout_s counts from the study's first trial
         return "timeout"
-    counts = count_states(trials)
     if counts["FAIL"] >= fail_cap(spec):
         return "too-many-failures"
     if spec.n_trials is None:
@@ -212,7 +211,7 @@ def reap_stale_trials(study: optuna.Study) -> None:
     """Fail RUNNING trials whose heartbeat is stale (a no-op without heartbeats).
 
     They are retried per the storage's callback. Trials get their first heartbeat when they are
-    created (see :class:`automl.storage.HeartbeatRDBStorage`), so this covers workers that died
+    created (see :class:`automl.rdb_storage.HeartbeatRDBStorage`), so this covers workers that died
     at any point of a trial.
     """
     with warnings.catch_warnings():

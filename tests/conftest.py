@@ -183,3 +183,13 @@ class PgProxy:
         time.sleep(seconds)
         self.server = socket.create_server(("127.0.0.1", self.port))
         threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request, tmp_path):
+    """A new SQLite file, then a new PostgreSQL schema: a test runs on both."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'study.db'}"
+    else:
+        with pg_schema() as url:
+            yield url

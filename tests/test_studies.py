@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 import onnxruntime as ort
@@ -176,10 +177,36 @@ def test_remeasure_front_records_new_latencies(env):
     assert set(stored) == {str(n) for n in results}
 
 
-def test_a_trial_started_past_the_budget_is_pruned_without_running(env):
+def test_optuna_storages_without_our_queries_record_the_same(tmp_path):
+    """Optuna's own storages (here in memory) take the plain path for attrs and counts."""
+    settings = Settings(artifacts_dir=tmp_path / "art")
+    storage = optuna.storages.InMemoryStorage()
+    create_study(_spec(n_trials=2, constraints=["latency_p99_ms <= 50"]), storage)
+    result = run_study_loop("t", storage, artifact_store=open_artifact_store(settings),
+                            settings=settings)  # fmt: skip
+    assert result.reason == "done" and result.ran == 2
+    for trial in optuna.load_study(study_name="t", storage=storage).trials:
+        violation = trial.system_attrs["constraints:0"]
+        assert trial.constraints == {"0": violation} and violation < 0
+        assert trial.system_attrs["constraints"] == [violation]
+        assert trial.user_attrs["feasible"] and trial.user_attrs["candidate"]
+        assert trial.user_attrs["worker"].endswith(f":{os.getpid()}")
+
+
+def test_a_nan_constraint_violation_is_refused_as_optuna_does():
+    from automl.objective import _constraint_attrs
+
+    assert _constraint_attrs([]) == {}
+    with pytest.raises(ValueError, match="NaN"):
+        _constraint_attrs([-1.0, float("nan")])
+
+
+@pytest.mark.parametrize("ours", [True, False], ids=["our-storage", "in-memory"])
+def test_a_trial_started_past_the_budget_is_pruned_without_running(env, ours):
     from automl.objective import StudyObjective
 
     _, storage, store = env
+    storage = storage if ours else optuna.storages.InMemoryStorage()
     spec = _spec(n_trials=1)
     study = create_study(spec, storage)
     study.ask()  # another worker's RUNNING trial holds the only slot
