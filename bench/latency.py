@@ -1,6 +1,6 @@
 """How trustworthy is a latency number? Repeatability, agreement with timeit, and cost.
 
-Run: ``.venv/bin/python bench/latency.py [--repeats 5]``.
+Run: ``.venv/bin/python -m bench.latency [--repeats 5]``.
 Six fixed candidates are each measured ``repeats`` times in fresh ORT sessions, in random
 order, as a trial measures them: the session evaluates the test set at the serving batch, then
 is timed (see :func:`automl.trial.evaluate_and_measure`). For each it prints the CV of the

@@ -1,6 +1,6 @@
 """Time each pipeline stage for a default digits candidate and print its share of the trial.
 
-Run: ``.venv/bin/python bench/pipeline.py [--repeats 3] [--target cpu]``.
+Run: ``.venv/bin/python -m bench.pipeline [--repeats 3] [--target cpu]``.
 Shares are taken side by side in one run, so they hold on a noisy machine.
 """
 

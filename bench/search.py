@@ -1,6 +1,6 @@
 """Search efficiency: hypervolume per trial budget for the default sampler, NSGA-II and random.
 
-Run: ``.venv/bin/python bench/search.py [--trials 40] [--seeds 0 1 2] [--png bench/out/hv.png]``.
+Run: ``.venv/bin/python -m bench.search [--trials 40] [--seeds 0 1 2] [--png bench/out/hv.png]``.
 Every sampler runs the same budget on ``digits-mixed`` (stage cache on) for each seed. The
 default sampler and NSGA-II run with ``--trials-per-model`` (the spec's default, 6, unless
 given); random is plain random search, one trial per model. The hypervolume uses feasible
