@@ -73,7 +73,8 @@ def main() -> None:
                 )  # fmt: skip
                 seconds[sampler].append(time.perf_counter() - start)
                 curves[sampler].append(hypervolume_curve(study))
-    final = {s: statistics.mean(c[-1] for c in curves[s]) for s in samplers}
+    mean_curves = {s: np.mean(curves[s], axis=0).tolist() for s in samplers}
+    final = {s: curve[-1] for s, curve in mean_curves.items()}  # so random reaches its own
     print(f"{args.trials} trials of {args.space}, seeds {args.seeds}, reference {REFERENCE}")
     for sampler in samplers:
         reach = [
@@ -81,7 +82,9 @@ def main() -> None:
             for mine, random in zip(curves[sampler], curves["random"], strict=True)
         ]
         shown = ", ".join("never" if r is None else str(r) for r in reach)
-        on_average = trials_to_reach(np.mean(curves[sampler], axis=0).tolist(), final["random"])
+        if None not in reach:
+            shown += f" (mean {statistics.mean(reach):.1f})"
+        on_average = trials_to_reach(mean_curves[sampler], final["random"])
         print(
             f"  {sampler:<8} hypervolume {final[sampler]:.4f} "
             f"(ratio to random {final[sampler] / final['random']:.3f}); "
