@@ -11,13 +11,8 @@ import torch
 from automl.cached_stages import CachedStages, timed
 from automl.pipeline._ort import make_session
 from automl.pipeline.evaluate import Evaluation, evaluate
-from automl.pipeline.latency import (
-    Latency,
-    LatencyBudget,
-    check_measurable,
-    measure_latency,
-    times_with_torch,
-)
+from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
+from automl.pipeline.torch_cuda_latency import check_measurable, times_with_torch
 from automl.targets import require_present
 
 if TYPE_CHECKING:

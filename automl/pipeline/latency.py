@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
-from automl.errors import SpecError, TargetUnavailable, UnsupportedQuantization
+from automl.errors import SpecError, TargetUnavailable
 from automl.pipeline._ort import input_name, open_session
+from automl.pipeline.torch_cuda_latency import cuda_available, cuda_runner
 from automl.targets import detect_gpu_names, require_present
 
 if TYPE_CHECKING:
@@ -251,9 +252,10 @@ def measure_latency(
         run_once = _ort_runner(session, _batch(inputs, batch_size, _input_dtype(session)))
         source = "onnxruntime"
         env = env_fingerprint(provider, target.intra_op_threads, target)
-    elif target.kind == "cuda" and torch_model is not None and _torch_cuda_available():
-        run_once, env = _torch_cuda_runner(torch_model, _batch(inputs, batch_size), bits, target)
+    elif target.kind == "cuda" and torch_model is not None and cuda_available():
+        run_once, threads, torch_env = cuda_runner(torch_model, _batch(inputs, batch_size), bits)
         provider, source = "torch.cuda", "torch-cuda"
+        env = env_fingerprint(provider, threads, target) | torch_env
     else:
         raise TargetUnavailable(
             f"target {target.name!r} needs ONNX Runtime's {wanted}, but this ONNX Runtime "
@@ -322,74 +324,6 @@ def _ort_runner(session: ort.InferenceSession, batch: np.ndarray) -> Callable[[]
         return (time.perf_counter_ns() - t0) / 1e6
 
     return run_once
-
-
-def _torch_cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def check_measurable(target: Target, bits: int) -> None:
-    """Refuse, before any training, a bit-width whose latency cannot be measured here.
-
-    Without ONNX Runtime's provider for a CUDA target, latency falls back to torch on CUDA,
-    which runs fp32 and fp16 only.
-
-    Raises:
-        UnsupportedQuantization: The candidate's bit-width cannot be timed on this host.
-    """
-    if times_with_torch(target):
-        _torch_dtype_name(bits)
-
-
-def times_with_torch(target: Target) -> bool:
-    """Whether ``target`` is timed with torch on CUDA here (ONNX Runtime lacks its provider)."""
-    return (
-        target.kind == "cuda" and target.execution_providers[0] not in ort.get_available_providers()
-    )
-
-
-def _torch_dtype_name(bits: int) -> str:
-    """The torch dtype that times a ``bits`` candidate on the torch-cuda path.
-
-    Raises:
-        UnsupportedQuantization: torch has no path for that bit-width; only ONNX Runtime's
-            CUDA provider (onnxruntime-gpu) can time it, and latency is never estimated.
-    """
-    if bits not in (16, 32):
-        raise UnsupportedQuantization(
-            f"{bits}-bit candidates can only be timed with onnxruntime-gpu on this GPU; "
-            "install it, or leave that bit-width out of the search space"
-        )
-    return "float16" if bits == 16 else "float32"
-
-
-def _torch_cuda_runner(
-    torch_model: torch.nn.Module, batch: np.ndarray, bits: int, target: Target
-) -> tuple[Callable[[], float], dict[str, Any]]:
-    import copy
-
-    import torch
-
-    dtype = getattr(torch, _torch_dtype_name(bits))
-    model = copy.deepcopy(torch_model).to(device="cuda", dtype=dtype).eval()
-    x = torch.from_numpy(batch).to(device="cuda", dtype=dtype)
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-
-    def run_once() -> float:
-        with torch.inference_mode():
-            start.record()
-            model(x)
-            end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-
-    env = env_fingerprint("torch.cuda", torch.get_num_threads(), target)
-    env |= {"torch": torch.__version__, "torch_dtype": str(dtype).removeprefix("torch.")}
-    env["gpu"] = torch.cuda.get_device_name()
-    return run_once, env
 
 
 def _batch(inputs: np.ndarray, batch_size: int, dtype: type = np.float32) -> np.ndarray:

@@ -6,17 +6,15 @@ import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
 from torch import nn
 
-from automl.errors import SpecError, TargetUnavailable, UnsupportedQuantization
+from automl.errors import SpecError, TargetUnavailable
 from automl.pipeline import latency as latency_module
 from automl.pipeline._ort import make_session
 from automl.pipeline.latency import (
     LatencyBudget,
-    check_measurable,
     latency_stats,
     measure_latency,
 )
@@ -223,16 +221,3 @@ def test_gpu_without_a_cuda_runtime_raises(
 
     with pytest.raises(TargetUnavailable, match="onnxruntime-gpu"):
         measure_latency(onnx_model, load_target("h100"), samples, 1, torch_model=model)
-
-
-@pytest.mark.skipif(
-    "CUDAExecutionProvider" in ort.get_available_providers(),
-    reason="onnxruntime-gpu is installed: the torch fallback is not used",
-)
-def test_a_bit_width_the_torch_cuda_fallback_cannot_time_is_refused_up_front():
-    a100 = load_target("a100")  # this ONNX Runtime has no CUDA provider: torch would time it
-    check_measurable(a100, 16)
-    check_measurable(a100, 32)
-    with pytest.raises(UnsupportedQuantization, match="onnxruntime-gpu"):
-        check_measurable(a100, 8)  # would otherwise be timed as the fp32 model
-    check_measurable(load_target("cpu"), 8)
