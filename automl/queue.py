@@ -24,11 +24,10 @@ from automl.queries import target_present
 from automl.studies import (
     SPEC_ATTR,
     STOP_ATTR,
-    count_states,
     fail_cap,
-    first_start,
     out_of_time,
     readable_spec,
+    state_counts,
 )
 from automl.worker import reap_stale_trials, run_study_loop, storage_unreachable
 
@@ -71,14 +70,13 @@ def _runnable(study: FrozenStudy, storage: BaseStorage, scope: Scope) -> bool:
             return False
     except AutomlError:
         return False  # a target this version does not know; `study show` reports it
-    trials = storage.get_all_trials(study._study_id, deepcopy=False)
-    if any(t.state == TrialState.RUNNING for t in trials):
+    counts, started = state_counts(storage, study._study_id)
+    if counts["RUNNING"]:
         reap_stale_trials(optuna.load_study(study_name=study.study_name, storage=storage))
-        trials = storage.get_all_trials(study._study_id, deepcopy=False)
-    counts = count_states(trials)
+        counts, started = state_counts(storage, study._study_id)
     if counts["FAIL"] >= fail_cap(spec):
         return False
-    if out_of_time(spec, first_start(trials)):
+    if out_of_time(spec, started):
         return False
     return spec.n_trials is None or counts["COMPLETE"] + counts["RUNNING"] < spec.n_trials
 

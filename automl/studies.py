@@ -169,13 +169,13 @@ def study_state(
     return "done" if timed_out else "queued"
 
 
-def state_counts(study: optuna.Study) -> tuple[dict[str, int], datetime | None]:
+def state_counts(storage: BaseStorage, study_id: int) -> tuple[dict[str, int], datetime | None]:
     """Trials per state name and the first trial's start: one query on our RDB storages."""
-    count = getattr(study._storage, "count_trials", None)
+    count = getattr(storage, "count_trials", None)
     if count is None:
-        trials = study.get_trials(deepcopy=False)
+        trials = storage.get_all_trials(study_id, deepcopy=False)
         return count_states(trials), first_start(trials)
-    by_state, started = count(study._study_id)
+    by_state, started = count(study_id)
     return dict.fromkeys(_STATES, 0) | {s.name: n for s, n in by_state.items()}, started
 
 

@@ -184,7 +184,7 @@ def _stop_reason(study, spec, stop, ran, max_trials) -> str | None:
         return "stopped"
     if max_trials is not None and ran >= max_trials:
         return "max-trials"
-    counts, first_start = state_counts(study)
+    counts, first_start = state_counts(study._storage, study._study_id)
     if out_of_time(spec, first_start):  # timeout_s counts from the study's first trial
         return "timeout"
     if counts["FAIL"] >= fail_cap(spec):
