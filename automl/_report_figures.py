@@ -21,7 +21,9 @@ _KINDS = {  # kind → (trace name, marker style); the front first so that it is
     "dominated": ("dominated", {"color": "#1f77b4", "size": 8, "opacity": 0.6}),
     "infeasible": ("infeasible", {"color": "#7f7f7f", "size": 8, "symbol": "x"}),
 }
-_HOVER_METRICS = ("latency_p50_ms", "latency_p99_ms", "throughput_sps", "size_mb", "macs")
+# Plain numbers on log axes: plotly's default SI prefixes read "100µ" for 0.0001 ms.
+_LOG_TICKS = "~g"
+_HOVER_METRICS = ("test_accuracy", "latency_p50_ms", "latency_p99_ms", "throughput_sps", "size_mb", "macs")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ def _hover(point: Point, spec: StudySpec) -> str:
     """Every objective, the main metrics, the knobs and the constraint margins of a point."""
     keys = dict.fromkeys([*spec.metric_names, *_HOVER_METRICS])
     lines = [f"{k} = {point.metrics[k]:.4g}" for k in keys if k in point.metrics]
-    lines += [f"{k} = {v}" for k, v in point.params.items()]
+    lines += [f"{k} = {knob_label(v)}" for k, v in point.params.items()]
     lines += [
         f"{c}: {'violated' if v > 0 else 'met'} ({v:+.3g})" for c, v in point.violations.items()
     ]
@@ -72,8 +74,8 @@ def pareto_figure(points: list[Point], spec: StudySpec, x_metric: str) -> go.Fig
         )
     fig.update_layout(
         title="Accuracy against latency",
-        xaxis={"title": f"{x_metric} (log)", "type": "log"},
-        yaxis={"title": "accuracy (test split, ONNX artifact)"},
+        xaxis={"title": _log_title(x_metric), "type": "log", "tickformat": _LOG_TICKS},
+        yaxis={"title": "accuracy (validation split, ONNX artifact)"},
         legend={"orientation": "h", "y": -0.18},
         height=520,
         margin={"t": 50, "b": 40},
@@ -98,7 +100,7 @@ def knob_figure(points: list[Point], x_metric: str) -> go.Figure:
         for row, metric in ((1, "accuracy"), (2, x_metric)):
             fig.add_trace(
                 go.Scatter(
-                    x=[_label(p.params[knob]) for p in having],
+                    x=[knob_label(p.params[knob]) for p in having],
                     y=[p.metrics[metric] for p in having],
                     mode="markers",
                     marker={"color": [colors[p.kind] for p in having], "size": 7, "opacity": 0.7},
@@ -110,10 +112,10 @@ def knob_figure(points: list[Point], x_metric: str) -> go.Figure:
                 col=col,
             )
         values = sorted({p.params[knob] for p in having}, key=_order)
-        fig.update_xaxes(type="category", categoryarray=[_label(v) for v in values], col=col)
-    fig.update_yaxes(title_text="accuracy", row=1, col=1)
-    fig.update_yaxes(type="log", row=2)
-    fig.update_yaxes(title_text=f"{x_metric} (log)", row=2, col=1)
+        fig.update_xaxes(type="category", categoryarray=[knob_label(v) for v in values], col=col)
+    fig.update_yaxes(title_text="accuracy (validation)", row=1, col=1)
+    fig.update_yaxes(type="log", tickformat=_LOG_TICKS, row=2)
+    fig.update_yaxes(title_text=_log_title(x_metric), row=2, col=1)
     fig.update_layout(height=520, margin={"t": 40, "b": 30})
     return fig
 
@@ -123,8 +125,15 @@ def _order(value: object) -> tuple[bool, float | str]:
     return (not numeric, value if numeric else str(value))
 
 
-def _label(value: object) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+def knob_label(value: object) -> str:
+    """A knob's value for people: floats to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _log_title(metric: str) -> str:
+    """An axis title with the metric's unit, e.g. ``latency_p99_ms (ms, log scale)``."""
+    unit = "ms" if metric.endswith("_ms") else metric.rsplit("_", 1)[-1]
+    return f"{metric} ({unit}, log scale)"
 
 
 def importance_figure(study: optuna.Study, spec: StudySpec, n_complete: int) -> go.Figure | str:

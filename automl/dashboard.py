@@ -3,6 +3,10 @@
 optuna-dashboard has no authentication and its API can create, rename and delete studies and
 upload or delete artifacts, so it binds to the loopback interface unless asked otherwise, and
 warns when it is.
+
+optuna-dashboard 0.21 marks a multi-objective study's best trials by dominance alone, so an
+infeasible trial could show as best. :func:`run_dashboard` has it take ``study.best_trials``'
+rule instead: among feasible trials only, where the study has constraints.
 """
 
 from __future__ import annotations
@@ -11,6 +15,13 @@ import ipaddress
 import logging
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from optuna.study import StudyDirection
+    from optuna.trial import FrozenTrial
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +56,22 @@ def exposure_warning(host: str) -> str | None:
     )
 
 
+def best_trials(
+    trials: Sequence[FrozenTrial], directions: Sequence[StudyDirection]
+) -> list[FrozenTrial]:
+    """The Pareto front of ``trials`` as ``optuna.Study.best_trials`` has it.
+
+    Feasible complete trials only where any trial has constraints, and ordered by number, as
+    optuna-dashboard lists its best trials.
+    """
+    from optuna.study._constrained_optimization import _is_constrained_optimization
+    from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
+
+    constrained = _is_constrained_optimization(trials)
+    front = _get_pareto_front_trials_by_trials(trials, directions, consider_constraint=constrained)
+    return sorted(front, key=lambda t: t.number)
+
+
 def run_dashboard(
     storage_url: str,
     artifacts_dir: Path | str,
@@ -66,6 +93,7 @@ def run_dashboard(
         SpecError: The storage URL is malformed.
     """
     import optuna_dashboard
+    import optuna_dashboard._app
     from optuna.artifacts import FileSystemArtifactStore
 
     from automl.settings import get_settings
@@ -77,6 +105,7 @@ def run_dashboard(
     storage = open_storage(storage_url, get_settings())
     artifacts_dir = Path(artifacts_dir)
     artifacts_dir.mkdir(parents=True, exist_ok=True)
+    optuna_dashboard._app.get_pareto_front_trials = best_trials
     optuna_dashboard.run_server(
         storage, host=host, port=port, artifact_store=FileSystemArtifactStore(str(artifacts_dir))
     )

@@ -7,7 +7,6 @@ import math
 import os
 import socket
 import tempfile
-import warnings
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
@@ -30,11 +29,6 @@ if TYPE_CHECKING:
     from automl.targets import Target
 
 logger = logging.getLogger("automl.trial")
-# Constraints are written in both of Optuna's formats (see _constraint_attrs) under the same
-# keys, so Optuna's notice that one overwrites the other says nothing.
-warnings.filterwarnings(
-    "ignore", message="Overwrite an old format constraint", category=UserWarning
-)
 FAIL_REASON = "fail_reason"
 OVER_BUDGET = "over_budget"  # a trial that lost the race for the last slot: PRUNED, never run
 _TAKEN = (TrialState.COMPLETE, TrialState.RUNNING)
@@ -164,13 +158,14 @@ class StudyObjective:
         return [o.value(outcome.metrics) for o in self.spec.objectives]
 
 
-def _constraint_attrs(violations: list[float]) -> dict[str, float | list[float]]:
-    """System attrs of the constraint violations (≤ 0 is feasible), in both of Optuna's formats.
+def _constraint_attrs(violations: list[float]) -> dict[str, list[float]]:
+    """The system attr of the constraint violations (≤ 0 is feasible).
 
-    ``Trial.set_constraint`` writes ``constraints:<key>``, here the constraint's index;
-    optuna-dashboard 0.21 reads only the older list attr ``constraints``. Optuna reads both
-    into the same index keys, so each constraint counts once. Their names are the study's
-    ``constraints`` user attr, in the same order.
+    It is Optuna's list format, ``constraints``, which Optuna reads as constraints ``"0"``,
+    ``"1"``, …, and which optuna-dashboard 0.21 reads (it ignores ``constraints:<key>``, the
+    format of ``Trial.set_constraint``). Writing one format only keeps ``optuna.load_study``
+    free of its "Overwrite an old format constraint" warning. The constraints' names are the
+    study's ``constraints`` user attr, in the same order.
 
     Raises:
         ValueError: A violation is NaN, which Optuna does not allow either.
@@ -179,8 +174,7 @@ def _constraint_attrs(violations: list[float]) -> dict[str, float | list[float]]
         raise ValueError(f"a constraint's violation is NaN: {violations}")
     if not violations:
         return {}
-    by_index = {f"{_CONSTRAINTS_KEY}:{i}": float(v) for i, v in enumerate(violations)}
-    return {**by_index, _CONSTRAINTS_KEY: [float(v) for v in violations]}
+    return {_CONSTRAINTS_KEY: [float(v) for v in violations]}
 
 
 def _set_attrs(trial: optuna.Trial, user_attrs: dict, system_attrs: dict | None = None) -> None:

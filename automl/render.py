@@ -12,11 +12,13 @@ if TYPE_CHECKING:
     from automl.studies import StudyInfo
     from automl.targets import Target
 
+# Accuracy on the validation split (what the search optimised) and on the test split (held out).
 _FRONT_COLUMNS = (
-    ("accuracy", "acc", "{:.3f}"),
-    ("latency_per_sample_ms", "µs/sample", "{:.2f}"),
-    ("latency_p50_ms", "p50 ms", "{:.3f}"),
-    ("latency_p99_ms", "p99 ms", "{:.3f}"),
+    ("accuracy", "val acc", "{:.3f}"),
+    ("test_accuracy", "test acc", "{:.3f}"),
+    ("latency_per_sample_ms", "ms/sample", "{:.4g}"),
+    ("latency_p50_ms", "p50 ms", "{:.4g}"),
+    ("latency_p99_ms", "p99 ms", "{:.4g}"),
     ("throughput_sps", "samples/s", "{:,.0f}"),
     ("size_mb", "MB", "{:.4f}"),
     ("macs", "MACs", "{:,.0f}"),
@@ -102,10 +104,7 @@ def front_table(front: list[dict], spec: StudySpec) -> Table:
 
 
 def _cell(metrics: dict, key: str, fmt: str) -> str:
-    if key not in metrics:
-        return "-"
-    scale = 1000.0 if key == "latency_per_sample_ms" else 1.0
-    return fmt.format(metrics[key] * scale)
+    return fmt.format(metrics[key]) if key in metrics else "-"
 
 
 def describe(record: dict) -> str:
@@ -129,14 +128,14 @@ def comparison_table(comparison: dict) -> Table:
     table.add_column("candidate")
     table.add_column("on the front of")
     for name in (first, second):
-        table.add_column(f"acc / µs per sample in {name} ({comparison['studies'][name]})")
+        table.add_column(f"val acc / ms per sample in {name} ({comparison['studies'][name]})")
     for row in comparison["candidates"]:
         cells = []
         for name in (first, second):
             metrics = row["metrics"][name]
             cells.append(
                 "not run" if metrics is None
-                else f"{metrics['accuracy']:.3f} / {1000 * metrics['latency_per_sample_ms']:.2f}"
+                else f"{metrics['accuracy']:.3f} / {metrics['latency_per_sample_ms']:.4g}"
             )  # fmt: skip
         wins = ", ".join(f"{name} ({comparison['studies'][name]})" for name in row["fronts"])
         table.add_row(describe(row), wins, *cells)

@@ -36,13 +36,21 @@ if TYPE_CHECKING:
 FRONT_DATA_ID = "front-data"
 MODEL_HREF = "models/trial-{number}.onnx"
 _COLUMNS = (
-    ("accuracy", "accuracy", "{:.4f}"),
-    ("latency_p50_ms", "p50 ms", "{:.4f}"),
-    ("latency_p99_ms", "p99 ms", "{:.4f}"),
-    ("latency_per_sample_ms", "ms/sample", "{:.5f}"),
+    ("accuracy", "val accuracy", "{:.4f}"),
+    ("test_accuracy", "test accuracy", "{:.4f}"),
+    ("accuracy_gap", "val − test", "{:+.4f}"),
+    ("latency_p50_ms", "p50 ms", "{:.4g}"),
+    ("latency_p99_ms", "p99 ms", "{:.4g}"),
+    ("latency_per_sample_ms", "ms/sample", "{:.4g}"),
     ("throughput_sps", "samples/s", "{:,.0f}"),
     ("size_mb", "MB", "{:.4f}"),
     ("macs", "MACs", "{:,.0f}"),
+)
+_SPLITS_NOTE = (
+    "Accuracy is that of the exported model in ONNX Runtime. The search optimised it on the "
+    "validation split, so the front's validation accuracies are chosen, and optimistic; the "
+    "test split was never seen by the search, and its accuracy is what to expect on new data. "
+    "A large gap (val − test) means the front was chosen on noise."
 )
 _PLOT_DATA_SCRIPT = Template("""
 var gd = document.getElementById('{plot_id}');
@@ -105,6 +113,7 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
         "<h2>Pareto front</h2>",
         f'<pre id="{FRONT_DATA_ID}"></pre>',
         _plot(pareto_figure(points, spec, x_metric), "pareto", _PLOT_DATA_SCRIPT),
+        _note(_SPLITS_NOTE),
         _front_table(front, name, model_href),
         "<h2>Knobs against accuracy and latency</h2>",
         _plot(knob_figure(points, x_metric), "knobs") if points else _note("No complete trials."),
@@ -159,7 +168,7 @@ def write_report(
 
 def _points(complete: list[FrozenTrial], spec: StudySpec, front: set[int]) -> list[Point]:
     from automl._report_figures import Point
-    from automl.spec import METRICS
+    from automl.spec import RECORDED_METRICS
 
     names = [str(c) for c in spec.constraints]
     points = []
@@ -170,7 +179,7 @@ def _points(complete: list[FrozenTrial], spec: StudySpec, front: set[int]) -> li
             kind = "infeasible"
         else:
             kind = "dominated"
-        metrics = {k: trial.user_attrs[k] for k in METRICS if k in trial.user_attrs}
+        metrics = {k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs}
         violations = {c: trial.constraints[c] for c in names if c in trial.constraints}
         points.append(Point(trial.number, kind, metrics, trial.params, violations))
     return points
@@ -236,12 +245,12 @@ def _front_table(front: list[dict], name: str, model_href: str) -> str:
         return _note("No feasible complete trial yet: the front is empty.")
     rows = []
     for record in front:
-        metrics = record["metrics"]
+        metrics = _with_gap(record["metrics"])
         link = model_href.format(name=quote(name, safe=""), number=record["number"])
         rows.append(
             [
                 str(record["number"]),
-                _e(", ".join(f"{k}={v}" for k, v in record["params"].items())),
+                _e(knobs_text(record["params"])),
                 *(_e(fmt.format(metrics[k])) if k in metrics else "" for k, _, fmt in _COLUMNS),
                 f'<a href="{_e(link)}">model</a>' if record["artifact_id"] else "",
             ]
@@ -250,10 +259,23 @@ def _front_table(front: list[dict], name: str, model_href: str) -> str:
     return _table(header, rows, numeric=range(2, 2 + len(_COLUMNS)))
 
 
+def _with_gap(metrics: dict[str, float]) -> dict[str, float]:
+    if "accuracy" not in metrics or "test_accuracy" not in metrics:
+        return metrics
+    return {**metrics, "accuracy_gap": metrics["accuracy"] - metrics["test_accuracy"]}
+
+
+def knobs_text(params: dict[str, object]) -> str:
+    """``name=value`` pairs, floats rounded to 4 significant digits (0.3, not 0.30000000000000004)."""
+    from automl._report_figures import knob_label
+
+    return ", ".join(f"{k}={knob_label(v)}" for k, v in params.items())
+
+
 def _failures(info: StudyInfo) -> str:
     if not info.failures:
         return _note("No failed trials.")
-    rows = [[str(f["number"]), _e(f["reason"]), _e(json.dumps(f["params"]))] for f in info.failures]
+    rows = [[str(f["number"]), _e(f["reason"]), _e(knobs_text(f["params"]))] for f in info.failures]
     return _table(["trial", "reason", "knobs"], rows)
 
 

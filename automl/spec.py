@@ -24,6 +24,10 @@ METRICS: dict[str, Literal["maximize", "minimize"]] = {
     "params": "minimize",
     "macs": "minimize",
 }
+# Recorded for every trial and shown in every view, but never an objective or constraint: the
+# accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
+TEST_METRIC = "test_accuracy"
+RECORDED_METRICS = (*METRICS, TEST_METRIC)
 _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -32,8 +36,9 @@ class Objective(BaseModel):
     """One objective; the direction defaults to the metric's natural one.
 
     ``scale: log`` (the default for every metric but accuracy) hands the sampler log10 of the
-    metric. The front is the same either way, but latencies spanning orders of magnitude are
-    then weighed by ratio rather than by absolute difference; records keep the raw metric.
+    metric (see :class:`automl.samplers.ScaledValuesSampler`). The front is the same either way,
+    but latencies spanning orders of magnitude are then weighed by ratio rather than by absolute
+    difference. Optuna stores the raw metric as the objective value.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,9 +49,7 @@ class Objective(BaseModel):
     @field_validator("metric")
     @classmethod
     def _known(cls, metric: str) -> str:
-        if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r}; allowed: {list(METRICS)}")
-        return metric
+        return check_metric(metric)
 
     @model_validator(mode="after")
     def _defaults(self) -> Objective:
@@ -57,9 +60,12 @@ class Objective(BaseModel):
         return self
 
     def value(self, metrics: dict[str, float]) -> float:
-        """The objective value Optuna sees for these metrics."""
-        raw = metrics[self.metric]
-        return math.log10(max(raw, 1e-12)) if self.scale == "log" else raw
+        """The objective value Optuna stores for these metrics: the raw metric."""
+        return metrics[self.metric]
+
+    def scaled(self, value: float) -> float:
+        """What the sampler sees of a stored ``value``: log10 of it with ``scale: log``."""
+        return math.log10(max(value, 1e-12)) if self.scale == "log" else value
 
 
 class Constraint(BaseModel):
@@ -82,8 +88,7 @@ class Constraint(BaseModel):
 
     @model_validator(mode="after")
     def _possible(self) -> Constraint:
-        if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; allowed: {list(METRICS)}")
+        check_metric(self.metric)
         low, high = (0.0, 1.0) if self.metric == "accuracy" else (0.0, float("inf"))
         if (self.op == "<=" and self.bound <= low) or (self.op == ">=" and self.bound > high):
             raise ValueError(
@@ -98,6 +103,23 @@ class Constraint(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.metric} {self.op} {self.bound:g}"
+
+
+def check_metric(metric: str) -> str:
+    """Return ``metric`` if the search may use it (objective, constraint, ``--best``).
+
+    Raises:
+        ValueError: It is unknown, or it is the test split's accuracy.
+    """
+    if metric == TEST_METRIC:
+        raise ValueError(
+            f"{TEST_METRIC} is the held-out test split's accuracy: it is reported, never "
+            "searched on, or the front's accuracies would be optimistic; use accuracy "
+            "(the validation split)"
+        )
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; allowed: {list(METRICS)}")
+    return metric
 
 
 def _default_objectives() -> list[Objective]:
@@ -155,11 +177,6 @@ class StudySpec(BaseModel):
     def metric_names(self) -> list[str]:
         """Objective metrics in order, as trials record them (unscaled)."""
         return [o.metric for o in self.objectives]
-
-    @property
-    def objective_names(self) -> list[str]:
-        """What Optuna (and its dashboard) sees per objective, e.g. ``log10(latency_p50_ms)``."""
-        return [f"log10({o.metric})" if o.scale == "log" else o.metric for o in self.objectives]
 
     @property
     def directions(self) -> list[str]:

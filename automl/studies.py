@@ -14,7 +14,7 @@ from automl.data import check_source_form, load_dataset
 from automl.errors import AutomlError, SpecError
 from automl.objective import ARTIFACT_ID, FAIL_REASON
 from automl.space import load_space
-from automl.spec import METRICS, StudySpec, parse_spec
+from automl.spec import RECORDED_METRICS, StudySpec, parse_spec
 from automl.targets import load_target
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ def create_study(spec: StudySpec, storage: BaseStorage, *, check_data: bool = Tr
         if stored.comparable() != spec.comparable():
             raise SpecError(_spec_mismatch(spec.name, stored, spec))
         study = optuna.load_study(study_name=spec.name, storage=storage)
+        _require_raw_values(study, spec)
         study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
         study.set_user_attr(STOP_ATTR, False)
         return study
@@ -86,7 +87,7 @@ def create_study(spec: StudySpec, storage: BaseStorage, *, check_data: bool = Tr
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(spec.objective_names)
+        study.set_metric_names(spec.metric_names)
     study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
     study.set_user_attr("target", target.name)
     study.set_user_attr("search_space", spec.search_space)
@@ -95,6 +96,16 @@ def create_study(spec: StudySpec, storage: BaseStorage, *, check_data: bool = Tr
     study.set_user_attr("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     study.set_user_attr(STOP_ATTR, False)
     return study
+
+
+def _require_raw_values(study: optuna.Study, spec: StudySpec) -> None:
+    """Refuse to resume a study whose objective values were stored as ``log10(...)``."""
+    if study.metric_names not in (None, spec.metric_names):
+        raise SpecError(
+            f"study {spec.name!r} stores objectives {study.metric_names}, from an automl that "
+            f"stored log10 values; its new trials would not compare. Start it under another "
+            "--name."
+        )
 
 
 def _spec_mismatch(name: str, stored: StudySpec, new: StudySpec) -> str:
@@ -275,7 +286,7 @@ def trial_record(trial: optuna.trial.FrozenTrial, spec: StudySpec) -> dict:
         "state": trial.state.name,
         "values": values,
         "params": trial.params,
-        "metrics": {k: trial.user_attrs[k] for k in METRICS if k in trial.user_attrs},
+        "metrics": {k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs},
         "feasible": trial.user_attrs.get("feasible"),
         "artifact_id": trial.user_attrs.get(ARTIFACT_ID),
         "fail_reason": trial.user_attrs.get(FAIL_REASON),

@@ -73,7 +73,8 @@ def run_trial(
             once its runs prove it infeasible (see :class:`LatencyBudget`).
 
     Returns:
-        The quantized artifact and its metrics.
+        The quantized artifact and its metrics: ``accuracy`` on the validation split (what the
+        search sees) and ``test_accuracy`` on the test split (what the report shows beside it).
 
     Raises:
         TargetUnavailable: Before any work, when the target's hardware is absent.
@@ -88,13 +89,14 @@ def run_trial(
     )
     timings = dict.fromkeys(STAGES, 0.0)
     quantized, onnx_diff, built = stages.quantized(timings)
-    evaluation, latency = evaluate_and_measure(
+    (evaluation, test_evaluation), latency = evaluate_and_measure(
         quantized.path, target, data, candidate.batch_size, timings=timings, bits=candidate.bits,
         torch_model=stages.pruned(timings)[0].model if times_with_torch(target) else None,
         budgets=latency_budgets(constraints, candidate.batch_size),
     )  # fmt: skip
     metrics = {
         "accuracy": evaluation.accuracy,
+        "test_accuracy": test_evaluation.accuracy,
         "latency_p50_ms": latency.p50_ms,
         "latency_p90_ms": latency.p90_ms,
         "latency_p99_ms": latency.p99_ms,
@@ -116,6 +118,7 @@ def run_trial(
             "train": built["train"],
             "finetune": built["finetune"],
             "confusion": [list(row) for row in evaluation.confusion],
+            "test_confusion": [list(row) for row in test_evaluation.confusion],
             "onnx_max_abs_diff": onnx_diff,
         },
         reused=stages.reused,
@@ -132,17 +135,20 @@ def evaluate_and_measure(
     bits: int = 32,
     torch_model: nn.Module | None = None,
     budgets: Sequence[LatencyBudget] = (),
-) -> tuple[Evaluation, Latency]:
+) -> tuple[tuple[Evaluation, Evaluation], Latency]:
     """Accuracy of an ONNX model at the serving batch, then its latency in the same session.
 
-    Evaluation runs the test set at ``batch_size``, so the session is warm by then: the latency
-    stage gives it one more untimed run (only the last test batch may be shorter), or its
-    full warm-up where the test set is smaller than a batch.
+    The validation split's accuracy is what the search optimises; the test split's is only
+    reported, so that the front's accuracies are not selected on the figures it shows.
+    Evaluation runs both at ``batch_size``, so the session is warm by then: the latency stage
+    gives it one more untimed run (only the last test batch may be shorter), or its full
+    warm-up where the test set is smaller than a batch.
 
     Args:
         model_path: The ONNX file.
         target: Where it runs; its hardware must be present.
-        data: The dataset; its test split is evaluated and fed to the timed runs.
+        data: The dataset; its validation and test splits are evaluated, and its test inputs
+            fed to the timed runs.
         batch_size: The serving batch.
         timings: Seconds of ``evaluate`` and ``latency`` are added here.
         bits: The candidate's bit-width (for the torch-cuda path; see :func:`measure_latency`).
@@ -151,17 +157,18 @@ def evaluate_and_measure(
     """
     with timed(timings, "evaluate"):
         session = make_session(model_path, target.execution_providers, target.intra_op_threads)
-        evaluation = evaluate(
-            session, data.x_test, data.y_test, num_classes=data.num_classes,
-            batch_size=batch_size,  # dynamic int8 scales depend on the batch
-        )  # fmt: skip
+        # At the serving batch: dynamic int8 scales depend on the batch.
+        evaluations = tuple(
+            evaluate(session, x, y, num_classes=data.num_classes, batch_size=batch_size)
+            for x, y in ((data.x_val, data.y_val), (data.x_test, data.y_test))
+        )
     warm = {"warmup_runs": 1} if len(data.x_test) >= batch_size else {}
     with timed(timings, "latency"):
         latency = measure_latency(
             session, target, data.x_test, batch_size,
             torch_model=torch_model, bits=bits, budgets=budgets, **warm,
         )  # fmt: skip
-    return evaluation, latency
+    return evaluations, latency
 
 
 def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[LatencyBudget]:

@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from automl.cache import StageCache
 from automl.objective import StudyObjective
-from automl.samplers import make_sampler
+from automl.samplers import ScaledValuesSampler, make_sampler
 from automl.space import load_space
 from automl.storage import cached
 from automl.studies import STOP_ATTR, fail_cap, load, out_of_time, state_counts
@@ -107,6 +107,7 @@ def run_study_loop(
         sampler = VariantSampler(
             sampler, space, spec.trials_per_model, spec.variant_startup_trials, spec.seed + offset
         )
+    sampler = ScaledValuesSampler(sampler, spec.objectives)
     study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
     objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
     objective.check_inputs()

@@ -82,7 +82,7 @@ def detail(dashboard: str) -> tuple[int, dict]:
 def test_study_and_objective_names(detail: tuple[int, dict]) -> None:
     _, study = detail
     assert study["name"] == NAME
-    assert study["objective_names"] == ["accuracy", "log10(latency_per_sample_ms)"]
+    assert study["objective_names"] == ["accuracy", "latency_per_sample_ms"]
     assert study["directions"] == ["maximize", "minimize"]
     assert {a["key"] for a in study["user_attrs"]} >= {"automl_spec", "target", "constraints"}
     assert len(study["trials"]) == len(FEASIBLE_AND_INFEASIBLE)
@@ -107,6 +107,21 @@ def test_feasibility_shows(detail: tuple[int, dict]) -> None:
         shown.append(all(v <= 0 for v in trial["constraints"]))
         assert shown[-1] == (attrs["feasible"] == "True")
     assert set(shown) == {True, False}, "the fixture should have feasible and infeasible trials"
+
+
+def test_best_trials_are_optunas(detail: tuple[int, dict], study_run: dict) -> None:
+    """The dashboard's best trials are ``study.best_trials``: an infeasible trial is never best."""
+    import optuna
+    from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
+
+    study = optuna.load_study(study_name=NAME, storage=study_run["env"]["AUTOML_STORAGE"])
+    by_dominance = _get_pareto_front_trials_by_trials(study.trials, study.directions)
+    assert any(not t.user_attrs["feasible"] for t in by_dominance), (
+        "the fixture should have an infeasible trial that no trial dominates"
+    )
+    shown = [t["number"] for t in detail[1]["best_trials"]]
+    assert shown == sorted(t.number for t in study.best_trials)
+    assert shown and len(shown) < len(by_dominance)
 
 
 def test_artifacts_download(detail: tuple[int, dict], dashboard: str, study_run: dict) -> None:

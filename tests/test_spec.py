@@ -10,7 +10,6 @@ def test_defaults_are_accuracy_against_per_sample_latency_with_a_tail_budget():
     spec = parse_spec({})
     assert spec.name == "digits-mixed-cpu"
     assert spec.metric_names == ["accuracy", "latency_per_sample_ms"]
-    assert spec.objective_names == ["accuracy", "log10(latency_per_sample_ms)"]
     assert spec.directions == ["maximize", "minimize"]
     assert [str(c) for c in spec.constraints] == ["latency_p99_ms <= 5"]
 
@@ -45,6 +44,8 @@ def test_constraint_violation_sign():
         ({"constraints": ["accuracy >= 1.5"]}, "can never hold"),
         ({"constraints": ["size_mb <= 0"]}, "can never hold"),
         ({"constraints": ["vram <= 3"]}, "unknown metric 'vram'"),
+        ({"objectives": [{"metric": "test_accuracy"}]}, "test split.*never searched on"),
+        ({"constraints": ["test_accuracy >= 0.9"]}, "test split.*never searched on"),
         ({"sampler": "cmaes"}, "sampler.*'default', 'tpe', 'nsga2', 'random' or 'gp'"),
         ({"n_trials": 0}, "n_trials"),
         ({"n_trials": None}, "set n_trials or timeout_s"),
@@ -65,11 +66,11 @@ def test_unreadable_spec_file(tmp_path):
         load_spec(tmp_path / "list.yaml")
 
 
-def test_latency_objectives_reach_the_sampler_in_log_scale():
+def test_objectives_are_stored_raw_and_reach_the_sampler_in_their_scale():
     accuracy, latency = parse_spec({}).objectives
     assert (accuracy.scale, latency.scale) == ("linear", "log")
-    metrics = {"accuracy": 0.9, "latency_per_sample_ms": 0.01}
-    assert accuracy.value(metrics) == 0.9
-    assert latency.value(metrics) == pytest.approx(-2.0)
+    metrics = {"accuracy": 0.9, "test_accuracy": 0.5, "latency_per_sample_ms": 0.01}
+    assert (accuracy.value(metrics), latency.value(metrics)) == (0.9, 0.01)
+    assert (accuracy.scaled(0.9), latency.scaled(0.01)) == (0.9, pytest.approx(-2.0))
     linear = parse_spec({"objectives": [{"metric": "size_mb", "scale": "linear"}]}).objectives[0]
-    assert linear.value({"size_mb": 0.5}) == 0.5
+    assert linear.scaled(0.5) == 0.5
