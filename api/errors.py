@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 
 from automl.errors import SpecError
 from automl.studies import StudyNotFound, TrialNotFound
-from automl.submissions import StudyConflict
+from automl.submissions import KeyReused, StudyConflict
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
@@ -65,6 +65,14 @@ async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
 
 
 async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    broken = [item for item in exc.errors() if item["type"] == "json_invalid"]
+    if broken:  # FastAPI reports it as a field named by the character offset
+        error = broken[0]
+        where = error["loc"][-1] if len(error["loc"]) > 1 else "?"
+        detail = error.get("ctx", {}).get("error", error["msg"])
+        return error_response(
+            400, "bad_request", f"the body is not valid JSON: {detail} (at character {where})"
+        )
     errors = []
     for item in exc.errors():
         where, *path = item["loc"] or ("body",)
@@ -95,6 +103,11 @@ async def _conflict(_request: Request, exc: StudyConflict) -> JSONResponse:
     return error_response(409, "conflict", str(exc))
 
 
+async def _key_reused(_request: Request, exc: KeyReused) -> JSONResponse:
+    errors = [{"field": "Idempotency-Key", "in": "header", "message": str(exc)}]
+    return error_response(422, "idempotency_key_reused", str(exc), errors)
+
+
 async def _spec(_request: Request, exc: SpecError) -> JSONResponse:
     return error_response(422, "invalid_spec", str(exc))
 
@@ -113,5 +126,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TrialNotFound, _not_found)
     app.add_exception_handler(ArtifactNotFound, _artifact_missing)
     app.add_exception_handler(StudyConflict, _conflict)
+    app.add_exception_handler(KeyReused, _key_reused)
     app.add_exception_handler(SpecError, _spec)
     app.add_exception_handler(Exception, _internal)

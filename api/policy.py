@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from api.errors import ApiError
@@ -12,8 +12,6 @@ from automl.spec import parse_spec
 from automl.targets import list_targets
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from automl.settings import Settings
     from automl.spec import StudySpec
 
@@ -26,7 +24,9 @@ def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
     """Apply the server's policy to a submitted spec.
 
     The dataset is a built-in name or an ``.npz`` path relative to ``settings.data_root``;
-    the returned spec names it by its path under the data root, as workers resolve it.
+    the returned spec names it by its path under the data root, as workers resolve it (and
+    :func:`public_spec` shows it as it was given). A spec without ``n_trials`` gets the cap,
+    so that no study runs unbounded.
 
     Raises:
         ApiError: 422 naming the field that breaks the policy.
@@ -40,10 +40,21 @@ def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
         raise _reject("n_trials", f"n_trials may be at most {settings.max_n_trials}")
     if spec.timeout_s is not None and spec.timeout_s > settings.max_timeout_s:
         raise _reject("timeout_s", f"timeout_s may be at most {settings.max_timeout_s:g}")
-    if spec.dataset in BUILTIN_DATASETS:
-        return spec
-    dataset = str(_data_file(spec.dataset, settings))
-    return parse_spec({**spec.model_dump(mode="json"), "dataset": dataset})
+    values = spec.model_dump(mode="json")
+    if spec.n_trials is None:
+        values["n_trials"] = settings.max_n_trials
+    if spec.dataset not in BUILTIN_DATASETS:
+        values["dataset"] = str(_data_file(spec.dataset, settings))
+    return parse_spec(values)
+
+
+def public_spec(spec: dict, settings: Settings) -> dict:
+    """A stored spec as a client sees it: the dataset as given, relative to the data root."""
+    dataset = Path(spec["dataset"])
+    root = settings.data_root.resolve()
+    if dataset.is_absolute() and dataset.is_relative_to(root):
+        return {**spec, "dataset": dataset.relative_to(root).as_posix()}
+    return spec
 
 
 def _data_file(name: str, settings: Settings) -> Path:

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from api.policy import public_spec
 from automl.queries import waiting_reason
 from automl.spec import StudySpec
 from automl.studies import StudyInfo
 
 if TYPE_CHECKING:
     from automl.queries import Front
+    from automl.settings import Settings
     from automl.targets import Target
 
 Scalar = int | float | str | bool | None
@@ -61,12 +63,17 @@ class StudyOut(BaseModel):
     links: dict[str, str]
 
     @classmethod
-    def of(cls, info: StudyInfo) -> StudyOut:
-        """From the study service's record."""
+    def of(cls, info: StudyInfo, settings: Settings) -> StudyOut:
+        """From the study service's record; the dataset as the client gave it."""
         base = f"/v1/studies/{info.name}"
         links = {"self": base, "trials": f"{base}/trials", "pareto": f"{base}/pareto"}
         return cls.model_validate(
-            {**info.as_dict(), "waiting_reason": waiting_reason(info), "links": links}
+            {
+                **info.as_dict(),
+                "spec": public_spec(info.spec, settings),
+                "waiting_reason": waiting_reason(info),
+                "links": links,
+            }
         )
 
 

@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     max_n_trials: int = Field(default=500, ge=1)
     max_timeout_s: float = Field(default=24 * 3600, gt=0)
     max_body_bytes: int = 1024 * 1024
+    idempotency_key_ttl_s: float = Field(default=24 * 3600, gt=0)
 
     @model_validator(mode="after")
     def _grace_outlasts_heartbeats(self) -> Settings:

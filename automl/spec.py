@@ -29,7 +29,10 @@ METRICS: dict[str, Literal["maximize", "minimize"]] = {
 TEST_METRIC = "test_accuracy"
 RECORDED_METRICS = (*METRICS, TEST_METRIC)
 _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # whole name: see fullmatch
+# NumPy's legacy RandomState, which Optuna's samplers and scikit-learn's splits use, takes seeds
+# in [0, 2**32).
+MAX_SEED = 2**32 - 1
 
 
 class Objective(BaseModel):
@@ -42,7 +45,7 @@ class Objective(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    metric: str
+    metric: str = Field(json_schema_extra={"enum": list(METRICS)})
     direction: Literal["maximize", "minimize"] | None = None
     scale: Literal["linear", "log"] | None = None
 
@@ -72,7 +75,7 @@ class Constraint(BaseModel):
     """``metric <= bound`` or ``metric >= bound``; Optuna feasibility is ``value <= 0``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    metric: str
+    metric: str = Field(json_schema_extra={"enum": list(METRICS)})
     op: Literal["<=", ">="]
     bound: float
 
@@ -147,7 +150,7 @@ class StudySpec(BaseModel):
     n_trials: int | None = Field(default=24, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
     sampler: Literal["default", "tpe", "nsga2", "random", "gp"] = "default"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     trials_per_model: int = Field(default=6, ge=1)
     variant_startup_trials: int = Field(default=10, ge=0)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
@@ -156,7 +159,7 @@ class StudySpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, name: str | None) -> str | None:
-        if name is not None and not _NAME.match(name):
+        if name is not None and not _NAME.fullmatch(name):
             raise ValueError(
                 "must be 1-100 letters, digits, '_', '.' or '-', starting alphanumeric"
             )

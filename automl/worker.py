@@ -20,6 +20,7 @@ from automl.cache import StageCache
 from automl.objective import StudyObjective
 from automl.samplers import ScaledValuesSampler, make_sampler
 from automl.space import load_space
+from automl.spec import MAX_SEED
 from automl.storage import cached
 from automl.studies import STOP_ATTR, fail_cap, load, out_of_time, state_counts
 from automl.variants import VariantSampler
@@ -100,12 +101,13 @@ def run_study_loop(
     existing, spec = load(name, storage)
     # A resumed study must not replay the draws of its first run: shift the seed by history.
     offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
-    sampler = make_sampler(spec.sampler, spec.seed + offset)
-    logger.info("study %s: sampler %s, seed %d", name, spec.sampler, spec.seed + offset)
+    seed = (spec.seed + offset) % (MAX_SEED + 1)
+    sampler = make_sampler(spec.sampler, seed)
+    logger.info("study %s: sampler %s, seed %d", name, spec.sampler, seed)
     if spec.trials_per_model > 1:
         space = load_space(spec.search_space)
         sampler = VariantSampler(
-            sampler, space, spec.trials_per_model, spec.variant_startup_trials, spec.seed + offset
+            sampler, space, spec.trials_per_model, spec.variant_startup_trials, seed
         )
     sampler = ScaledValuesSampler(sampler, spec.objectives)
     study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)

@@ -50,6 +50,11 @@ def test_constraint_violation_sign():
         ({"n_trials": 0}, "n_trials"),
         ({"n_trials": None}, "set n_trials or timeout_s"),
         ({"name": "../etc"}, "name"),
+        ({"name": "trail\n"}, "name"),
+        ({"name": "tab\tname"}, "name"),
+        ({"seed": -1}, "seed.*greater than or equal to 0"),
+        ({"seed": -99999999999999999999}, "seed"),
+        ({"seed": 2**32}, "seed.*less than or equal to 4294967295"),
         ({"colour": "red"}, "colour.*Extra inputs"),
     ],
 )
@@ -74,3 +79,11 @@ def test_objectives_are_stored_raw_and_reach_the_sampler_in_their_scale():
     assert (accuracy.scaled(0.9), latency.scaled(0.01)) == (0.9, pytest.approx(-2.0))
     linear = parse_spec({"objectives": [{"metric": "size_mb", "scale": "linear"}]}).objectives[0]
     assert linear.scaled(0.5) == 0.5
+
+
+def test_the_schema_enumerates_the_metrics():
+    from automl.spec import METRICS, StudySpec
+
+    defs = StudySpec.model_json_schema()["$defs"]
+    assert defs["Objective"]["properties"]["metric"]["enum"] == list(METRICS)
+    assert defs["Constraint"]["properties"]["metric"]["enum"] == list(METRICS)

@@ -32,6 +32,10 @@ _SUBMIT = {
     200: {"model": StudyOut, "description": "Replayed: this Idempotency-Key created it."},
     400: {"model": ErrorOut, "description": "The body is not JSON."},
     409: {"model": ErrorOut, "description": "The name is taken."},
+    422: {
+        "model": ErrorOut,
+        "description": "The spec is invalid, or the Idempotency-Key came with another request.",
+    },
     413: {"model": ErrorOut, "description": "The body is too large."},
 }
 
@@ -44,35 +48,40 @@ def submit(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> StudyOut:
-    """Submit a study for the workers; a repeated ``Idempotency-Key`` returns the same one."""
+    """Submit a study for the workers; a repeated ``Idempotency-Key`` returns the same one.
+
+    A key is remembered for ``AUTOML_IDEMPOTENCY_KEY_TTL_S`` (a day by default); the same key
+    with another request is refused with 422.
+    """
     name, created = submit_study(
         check_spec(spec, settings), storage,
         name_given="name" in spec.model_fields_set, idempotency_key=idempotency_key,
+        key_ttl_s=settings.idempotency_key_ttl_s,
     )  # fmt: skip
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/studies/{name}"
-    return StudyOut.of(get_study(name, storage))
+    return StudyOut.of(get_study(name, storage), settings)
 
 
 @router.get("")
-def list_studies(storage: StorageDep, page: PageDep) -> StudyPage:
+def list_studies(storage: StorageDep, page: PageDep, settings: SettingsDep) -> StudyPage:
     """The studies, oldest first."""
     total, infos = study_page(storage, offset=page.offset, limit=page.limit)
-    items = [StudyOut.of(info) for info in infos]
+    items = [StudyOut.of(info, settings) for info in infos]
     return StudyPage(items=items, total=total, offset=page.offset, limit=page.limit)
 
 
 @router.get("/{name}", responses=_NOT_FOUND)
-def read_study(name: StudyName, storage: StorageDep) -> StudyOut:
+def read_study(name: StudyName, storage: StorageDep, settings: SettingsDep) -> StudyOut:
     """Spec, state, trial counts per state, ETA, failures, and why a queued study waits."""
-    return StudyOut.of(get_study(name, storage))
+    return StudyOut.of(get_study(name, storage), settings)
 
 
 @router.post("/{name}/stop", status_code=202, responses=_NOT_FOUND)
-def stop_study(name: StudyName, storage: StorageDep) -> StudyOut:
+def stop_study(name: StudyName, storage: StorageDep, settings: SettingsDep) -> StudyOut:
     """Ask the workers to stop the study after their running trials."""
     request_stop(name, storage)
-    return StudyOut.of(get_study(name, storage))
+    return StudyOut.of(get_study(name, storage), settings)
 
 
 @router.get(

@@ -30,8 +30,8 @@ def test_idempotency_key_returns_the_same_study(submit_spec, unique_name):
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["name"] == first.json()["name"]
     changed = submit_spec(headers={"Idempotency-Key": key}, seed=7)
-    assert changed.status_code == 409
-    assert changed.json()["code"] == "conflict"
+    assert changed.status_code == 422
+    assert changed.json()["code"] == "idempotency_key_reused"
 
 
 def test_without_a_key_each_submission_is_a_new_study_and_names_conflict(submit_spec, unique_name):
@@ -122,7 +122,7 @@ def test_npz_under_the_data_root_is_accepted(submit_spec, api_server):
     np.savez(data_root / "mine.npz", x_train=x[:40], y_train=y[:40], x_test=x[40:], y_test=y[40:])
     response = submit_spec(dataset="mine.npz")
     assert response.status_code == 201, response.text
-    assert response.json()["spec"]["dataset"] == str(data_root / "mine.npz")
+    assert response.json()["spec"]["dataset"] == "mine.npz"  # as given, not the server path
     np.savez(data_root / "half.npz", x_train=x, y_train=y)  # no test split
     response = submit_spec(dataset="half.npz", name="half")
     assert response.status_code == 422 and "x_test" in response.json()["message"], response.text
