@@ -24,9 +24,9 @@ def test_a_key_reused_with_another_request_is_refused_naming_the_key(submit_spec
 
 
 def test_concurrent_retries_replay_the_one_study(api_server, unique_name):
+    body = {"search_space": "digits-mlp", "n_trials": 2}
     for _ in range(4):
         key = unique_name("race")
-        body = {"search_space": "digits-mlp", "n_trials": 2}
 
         def post(_: int, key: str = key) -> httpx.Response:
             with httpx.Client(base_url=api_server.url, headers=_auth(key)) as client:
