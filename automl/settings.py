@@ -37,6 +37,17 @@ class Settings(BaseSettings):
     max_timeout_s: float = Field(default=24 * 3600, gt=0)
     max_body_bytes: int = 1024 * 1024
     idempotency_key_ttl_s: float = Field(default=24 * 3600, gt=0)
+    # The range a search space may give each knob: a space beyond it is refused at load.
+    knob_bounds: dict[str, tuple[float, float]] = Field(
+        default_factory=lambda: {
+            "arch.width": (1, 4096),
+            "arch.depth": (1, 64),
+            "batch_size": (1, 4096),
+            "train.batch_size": (1, 65536),
+            "train.epochs": (0, 1000),
+            "finetune_epochs": (0, 1000),
+        }
+    )
 
     @model_validator(mode="after")
     def _grace_outlasts_heartbeats(self) -> Settings:

@@ -12,6 +12,8 @@ from automl.candidate import BITS, Candidate
 from automl.errors import SpecError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import optuna
 
     from automl.targets import Target
@@ -111,6 +113,11 @@ class SearchSpace(BaseModel):
             seen.append(name)
         if "arch.family" not in {p.sets or n for n, p in self.params.items()}:
             raise ValueError("the space must set arch.family (categorical or fixed)")
+        for name, param in self.params.items():
+            _check_bounds(name, param)
+            is_bits = (param.sets or name) == "bits"
+            if is_bits and len(_values(param)) > len(BITS):  # a long int range, never built
+                raise ValueError(f"parameter {name!r}: bits must be among {list(BITS)}")
         first = {p.sets or n: _values(p)[0] for n, p in self.params.items()}
         candidate_from_values(first)  # a space whose candidates cannot be built fails here
         return self
@@ -153,7 +160,7 @@ class SearchSpace(BaseModel):
         for name, param in self.params.items():
             if (param.sets or name) not in DEPLOYMENT_KEYS or isinstance(param, FixedParam):
                 continue
-            if isinstance(param, FloatParam):
+            if isinstance(param, FloatParam) or len(grid) * len(_values(param)) > MAX_DEPLOYMENTS:
                 return None
             expanded = []
             for chosen in grid:
@@ -183,14 +190,37 @@ def _applies(param: Param, chosen: dict[str, Any]) -> bool:
     return not param.when or all(chosen.get(k) in v for k, v in param.when.items())
 
 
-def _values(param: Param) -> list[Scalar]:
+def _values(param: Param) -> Sequence[Scalar]:
+    """The values a param takes (a float param: its low end); an int range is not built."""
     if isinstance(param, CategoricalParam):
         return param.choices
     if isinstance(param, FixedParam):
         return [param.value]
     if isinstance(param, IntParam):
-        return list(range(param.low, param.high + 1, param.step))
+        return range(param.low, param.high + 1, param.step)
     return [param.low]
+
+
+def _check_bounds(name: str, param: Param) -> None:
+    """Refuse a knob whose values leave the bounds in the settings (e.g. a width of 10**9)."""
+    from automl.settings import get_settings
+
+    key = param.sets or name
+    bound = get_settings().knob_bounds.get(key)
+    if bound is None:
+        return
+    values = _values(param)
+    if isinstance(param, IntParam | FloatParam):
+        low, high = param.low, param.high
+    elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        low, high = min(values), max(values)
+    else:
+        return  # a non-numeric value: building the candidate names the problem
+    if low < bound[0] or high > bound[1]:
+        raise ValueError(
+            f"parameter {name!r} reaches {key} {low:g}..{high:g}, outside the allowed "
+            f"{bound[0]:g}..{bound[1]:g} (AUTOML_KNOB_BOUNDS)"
+        )
 
 
 def _suggest(trial: optuna.Trial, name: str, param: Param) -> Any:

@@ -118,7 +118,7 @@ def cached(storage: BaseStorage) -> BaseStorage:
     return optuna.storages.get_storage(storage)
 
 
-def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:
+def open_storage(url: str, settings: Settings, *, create: bool = True) -> HeartbeatRDBStorage:
     """Open an Optuna RDB storage for any SQLAlchemy URL.
 
     SQLite files get their folder created and a lock timeout suited to several local processes;
@@ -129,10 +129,13 @@ def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:
         settings: Pool, timeout and heartbeat settings. Trials send heartbeats; a trial whose
             worker died is failed after the grace period and re-queued with the same params
             up to ``max_retry`` times (the retry history is in its system attrs).
+        create: Create a SQLite file that does not exist. Read-only commands pass False, so
+            that a mistyped path is an error instead of a new empty storage.
 
     Raises:
         SpecError: The URL is malformed, or its database driver is not installed.
-        StorageUnavailable: The database cannot be reached.
+        StorageUnavailable: The database cannot be reached, or (``create`` off) a SQLite
+            file does not exist.
     """
     try:
         parsed = make_url(url)
@@ -141,6 +144,11 @@ def open_storage(url: str, settings: Settings) -> HeartbeatRDBStorage:
     shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
+            if not create and not Path(parsed.database).is_file():
+                raise StorageUnavailable(
+                    f"no storage at {shown}: the file {parsed.database!r} does not exist; check "
+                    "--storage (or AUTOML_STORAGE), or start a study there first"
+                )
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs: dict = {"connect_args": {"timeout": settings.sqlite_timeout_s}}
     else:
@@ -191,10 +199,11 @@ def _connect(url: str, engine_kwargs: dict, settings: Settings) -> HeartbeatRDBS
                     grace_period=settings.grace_period_s,
                     heartbeat_stale_trial_callback=retry,
                 )
-        except (IntegrityError, ProgrammingError) as e:
+        except (IntegrityError, ProgrammingError, OperationalError) as e:
             sqlstate = getattr(e.orig, "sqlstate", None)  # SQLite's errors have none
             lost_race = sqlstate in _ALREADY_EXISTS or (
-                sqlstate is None and isinstance(e, IntegrityError)
+                sqlstate is None
+                and (isinstance(e, IntegrityError) or "already exists" in str(e.orig))
             )
             if not lost_race or attempt == _CREATE_ATTEMPTS - 1:
                 raise

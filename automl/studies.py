@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from automl.data import check_source_form, load_dataset
-from automl.errors import AutomlError, SpecError
+from automl.errors import AutomlError, DataError, SpecError
 from automl.objective import ARTIFACT_ID, FAIL_REASON
 from automl.space import load_space
 from automl.spec import RECORDED_METRICS, StudySpec, parse_spec
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
 SPEC_ATTR = "automl_spec"
+DATA_ATTR = "data_fingerprint"
 STOP_ATTR = "stop_requested"
 LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
 _STATES = ("COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED")
@@ -58,44 +59,101 @@ class StudyInfo:
         return asdict(self)
 
 
-def create_study(spec: StudySpec, storage: BaseStorage, *, check_data: bool = True) -> optuna.Study:
-    """Create the study for ``spec``, or return the existing one with the same spec.
+def create_study(
+    spec: StudySpec, storage: BaseStorage, *, check_data: bool = True, resume: bool = True
+) -> optuna.Study:
+    """Create the study for ``spec``, or resume the existing one with the same spec.
 
-    Validates the search space against the target, and loads a new study's dataset (unless
+    Validates the search space against the target, and loads the dataset (unless
     ``check_data`` is off: it may exist only on the workers' hosts), so that nothing runs on
-    bad input.
+    bad input. The data's fingerprint is stored with the study, and a resume on other data is
+    refused. Two processes that create one study at once both get it.
+
+    Args:
+        spec: The spec.
+        storage: Where studies live.
+        check_data: Load the dataset here.
+        resume: Resume a study of that name; otherwise its existence is an error.
 
     Raises:
         SpecError: The space or target is invalid, or a study of that name has another spec.
-        DataError: The dataset is missing or malformed.
+        DataError: The dataset is missing, malformed, or not the data the study began with.
+        optuna.exceptions.DuplicatedStudyError: The study exists and ``resume`` is off.
     """
     target = load_target(spec.target)
     load_space(spec.search_space).check_target(target)
-    stored = _stored_spec(storage, spec.name)
-    if stored is not None:
-        if stored.comparable() != spec.comparable():
-            raise SpecError(_spec_mismatch(spec.name, stored, spec))
-        study = optuna.load_study(study_name=spec.name, storage=storage)
-        _require_raw_values(study, spec)
-        study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
-        study.set_user_attr(STOP_ATTR, False)
-        return study
     if check_data:
-        load_dataset(spec.dataset, seed=spec.seed)
+        fingerprint = load_dataset(spec.dataset, seed=spec.seed).fingerprint
     else:
         check_source_form(spec.dataset)
+        fingerprint = None
+    stored = _stored_spec(storage, spec.name)
+    if stored is None:
+        try:
+            return _new_study(spec, storage, target.name, fingerprint)
+        except optuna.exceptions.DuplicatedStudyError:
+            if not resume:
+                raise
+            stored = _await_spec(storage, spec.name)  # a concurrent start created it
+    elif not resume:
+        raise optuna.exceptions.DuplicatedStudyError(f"study {spec.name!r} exists")
+    if stored.comparable() != spec.comparable():
+        raise SpecError(_spec_mismatch(spec.name, stored, spec))
+    study = optuna.load_study(study_name=spec.name, storage=storage)
+    _require_raw_values(study, spec)
+    if fingerprint is not None:
+        check_fingerprint(study, spec, fingerprint)
+    study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
+    study.set_user_attr(STOP_ATTR, False)
+    return study
+
+
+def _new_study(
+    spec: StudySpec, storage: BaseStorage, target: str, fingerprint: str | None
+) -> optuna.Study:
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.metric_names)
-    study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
-    study.set_user_attr("target", target.name)
+    if fingerprint is not None:
+        study.set_user_attr(DATA_ATTR, fingerprint)
+    study.set_user_attr("target", target)
     study.set_user_attr("search_space", spec.search_space)
     study.set_user_attr("dataset", spec.dataset)
     study.set_user_attr("constraints", [str(c) for c in spec.constraints])
     study.set_user_attr("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     study.set_user_attr(STOP_ATTR, False)
+    study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))  # last: it marks it complete
     return study
+
+
+def _await_spec(storage: BaseStorage, name: str, timeout_s: float = 5.0) -> StudySpec:
+    """The spec of a study another process has just created, once it has written it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+        if SPEC_ATTR in attrs:
+            return parse_spec(attrs[SPEC_ATTR])
+        if time.monotonic() > deadline:
+            raise SpecError(f"study {name!r} exists but was not created by automl")
+        time.sleep(0.05)
+
+
+def check_fingerprint(study: optuna.Study, spec: StudySpec, fingerprint: str) -> None:
+    """Record the data's fingerprint with the study, or refuse data that differs from it.
+
+    Raises:
+        DataError: The study began on other data; its trials would mix two datasets.
+    """
+    stored = study.user_attrs.get(DATA_ATTR)
+    if stored is None:
+        study.set_user_attr(DATA_ATTR, fingerprint)
+    elif stored != fingerprint:
+        raise DataError(
+            f"dataset {spec.dataset!r} of study {spec.name!r} has changed since the study "
+            f"began (fingerprint {stored}, now {fingerprint}): its front would mix trials "
+            f"scored on both. Restore the data, or start a new study, e.g. --name {spec.name}-v2"
+        )
 
 
 def _require_raw_values(study: optuna.Study, spec: StudySpec) -> None:
@@ -133,13 +191,10 @@ def readable_spec(user_attrs: dict) -> StudySpec | None:
 
 def _stored_spec(storage: BaseStorage, name: str) -> StudySpec | None:
     try:
-        study_id = storage.get_study_id_from_name(name)
+        storage.get_study_id_from_name(name)
     except KeyError:
         return None
-    attrs = storage.get_study_user_attrs(study_id)
-    if SPEC_ATTR not in attrs:
-        raise SpecError(f"study {name!r} exists but was not created by automl")
-    return parse_spec(attrs[SPEC_ATTR])
+    return _await_spec(storage, name)
 
 
 def load(name: str, storage: BaseStorage) -> tuple[optuna.Study, StudySpec]:

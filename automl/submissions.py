@@ -94,8 +94,8 @@ def _create(spec: StudySpec, storage: BaseStorage, key_hash: str | None) -> str:
     """Create the study and record its key; a taken name is a conflict."""
     name = str(spec.name)
     try:
-        study = None if _exists(storage, name) else create_study(spec, storage)
-    except optuna.exceptions.DuplicatedStudyError:  # another request created it meanwhile
+        study = create_study(spec, storage, resume=False)
+    except optuna.exceptions.DuplicatedStudyError:
         study = None
     if study is None:
         if _replays(storage, spec, key_hash):  # the key's claim expired, its study stayed
@@ -147,11 +147,3 @@ def _auto_name(spec: StudySpec, suffix: str) -> str:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _exists(storage: BaseStorage, name: str) -> bool:
-    try:
-        storage.get_study_id_from_name(name)
-    except KeyError:
-        return False
-    return True

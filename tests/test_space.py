@@ -49,6 +49,10 @@ def _write(tmp_path, body: str):
         ("  bits: {type: uniform, low: 1, high: 2}\n", "bits"),
         ("  x: {type: fixed, value: 1, sets: bits, when: {nope: [1]}}\n", "not declared before"),
         ("  arch.width: {type: int, low: 1, high: 2, stepp: 1}\n", "stepp"),
+        ("  arch.width: {type: int, low: 8, high: 20000000}\n", "outside the allowed 1..4096"),
+        ("  arch.depth: {type: categorical, choices: [1, 100000000000]}\n", "arch.depth 1..1e"),
+        ("  bits: {type: int, low: 1, high: 100000000000}\n", "bits must be among"),
+        ("  batch_size: {type: int, low: 1, high: 100000000000}\n", "outside the allowed"),
     ],
 )
 def test_malformed_spaces_name_the_field(tmp_path, body, message):
@@ -100,3 +104,14 @@ def test_deployments_are_not_listed_for_a_float_knob(tmp_path):
         "  batch_size: {type: float, low: 1, high: 8}\n"
     )
     assert load_space(str(path)).deployments({}) is None
+
+
+def test_a_huge_deployment_range_is_not_built(tmp_path):
+    """Validation and variants never list an int range: 1e11 values would not fit in memory."""
+    body = "  arch.width: {type: int, low: 8, high: 16}\n  bits: {type: fixed, value: 32}\n"
+    path = _write(tmp_path, body + "  batch_size: {type: int, low: 1, high: 4096}\n")
+    space = load_space(str(path))
+    assert space.deployments({"arch.width": 8}) is not None  # 4096 batch sizes: listed
+    wide = body + "  batch_size: {type: int, low: 1, high: 4096}\n"
+    wide += "  int8_mode: {type: categorical, choices: [static, dynamic]}\n"
+    assert load_space(str(_write(tmp_path, wide))).deployments({"arch.width": 8}) is None

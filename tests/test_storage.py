@@ -113,3 +113,13 @@ def test_a_role_that_may_not_create_the_tables_is_one_clear_error():
             with psycopg.connect(url.replace("+psycopg", "").split("?")[0], autocommit=True) as db:
                 db.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM "{role}"')
                 db.execute(f'DROP ROLE "{role}"')
+
+
+def test_a_read_only_open_never_creates_a_sqlite_file(tmp_path):
+    missing = tmp_path / "typo" / "automl.db"
+    with pytest.raises(StorageUnavailable, match=r"no storage at .*does not exist"):
+        open_storage(f"sqlite:///{missing}", Settings(), create=False)
+    assert not missing.parent.exists()
+    open_storage(f"sqlite:///{missing}", Settings())
+    assert missing.is_file()
+    open_storage(f"sqlite:///{missing}", Settings(), create=False)

@@ -1,21 +1,25 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import warnings
 from datetime import datetime, timedelta
 
+import numpy as np
 import onnxruntime as ort
 import optuna
 import pytest
 from optuna.artifacts import download_artifact
 
-from automl.errors import SpecError
+from automl.errors import DataError, SpecError
 from automl.queries import waiting_reason
 from automl.queue import Scope, runnable_studies
 from automl.settings import Settings
 from automl.spec import parse_spec
 from automl.storage import open_artifact_store, open_storage
 from automl.studies import (
+    DATA_ATTR,
     StudyNotFound,
     create_study,
     get_study,
@@ -52,7 +56,16 @@ def test_study_runs_records_and_builds_a_front(env, tmp_path):
     assert study.metric_names == ["accuracy", "latency_per_sample_ms"]
     assert study.user_attrs["target"] == "cpu"
     assert study.user_attrs["automl_spec"]["search_space"] == "digits-mlp"
-    for key in ("accuracy", "test_accuracy", "latency_p99_ms", "size_mb", "macs", "timings", "env", "latency"):
+    for key in (
+        "accuracy",
+        "test_accuracy",
+        "latency_p99_ms",
+        "size_mb",
+        "macs",
+        "timings",
+        "env",
+        "latency",
+    ):
         assert key in trial.user_attrs
     assert set(trial.user_attrs["timings"]) == {
         "train", "prune", "export", "quantize", "evaluate", "latency"
@@ -277,3 +290,44 @@ def test_each_failure_names_the_trial_that_retried_it(tmp_path):
         retry(study, study._storage.get_trial(trial._trial_id))
     failures = get_study("r", storage).failures
     assert [(f["number"], f["retried_as"]) for f in failures] == [(0, 1), (1, 2), (2, None)]
+
+
+def test_racing_creates_of_one_new_study_both_get_it(tmp_path):
+    """Two processes starting one new study at once: neither crashes, both get the study."""
+    url = f"sqlite:///{tmp_path}/race.db"
+    code = (
+        "import sys; from automl.settings import Settings; from automl.spec import parse_spec;"
+        "from automl.storage import open_storage; from automl.studies import create_study;"
+        "s = Settings(storage=sys.argv[1]);"
+        "create_study(parse_spec({'name': sys.argv[2], 'search_space': 'digits-mlp'}),"
+        " open_storage(sys.argv[1], s), check_data=False); print('ok')"
+    )
+    for round_ in range(4):
+        name = f"race-{round_}"
+        args = [sys.executable, "-c", code, url, name]
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        starts = [subprocess.Popen(args, **pipes) for _ in range(2)]
+        outputs = [p.communicate(timeout=120) for p in starts]
+        assert [p.returncode for p in starts] == [0, 0], outputs
+    names = [s.study_name for s in optuna.get_all_study_summaries(url)]
+    assert sorted(names) == [f"race-{i}" for i in range(4)]
+
+
+def test_a_resume_on_changed_data_is_refused_and_the_fingerprint_is_kept(env, tmp_path):
+    settings, storage, _ = env
+    data = tmp_path / "d.npz"
+    x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+    y = np.arange(60) % 3
+    np.savez(data, x_train=x, y_train=y, x_test=x[:20], y_test=y[:20])
+    spec = _spec(dataset=str(data))
+    study = create_study(spec, storage)
+    fingerprint = study.user_attrs[DATA_ATTR]
+    assert create_study(spec, storage).user_attrs[DATA_ATTR] == fingerprint  # same data: resumes
+    np.savez(data, x_train=x + 1, y_train=y, x_test=x[:20], y_test=y[:20])
+    with pytest.raises(DataError, match=r"has changed since the study began.*--name t-v2"):
+        create_study(spec, storage)
+    with pytest.raises(DataError, match="has changed"):  # a worker refuses it as well
+        run_study_loop("t", storage, artifact_store=open_artifact_store(settings),
+                       settings=settings)  # fmt: skip
+    assert optuna.load_study(study_name="t", storage=storage).user_attrs[DATA_ATTR] == fingerprint
+    assert not optuna.load_study(study_name="t", storage=storage).trials
