@@ -2,7 +2,9 @@
 
 Every dataset is split deterministically by seed into train / val / test, plus a calibration
 subset for static quantization that is drawn from train, never from test. Inputs are
-standardised with the train split's scalar mean and std, which are recorded as preprocessing.
+standardised with the train split's scalar mean and std, which are recorded as preprocessing:
+``x_model = (float32(x_raw) - mean) / std``, computed in float32, with ``mean`` and ``std``
+float32 values, so that a deployment reproduces the model's inputs bit for bit.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from sklearn.model_selection import train_test_split
 from automl.errors import DataError
 
 BUILTIN_DATASETS = ("digits",)
+# The trial user attr holding :func:`describe_dataset` of the data the trial ran on.
+DESCRIPTION_ATTR = "data_description"
 _REQUIRED_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
@@ -38,6 +42,8 @@ class Dataset:
     input_shape: tuple[int, ...]
     preprocessing: dict = field(default_factory=dict)
     fingerprint: str = ""
+    class_names: tuple[str, ...] = ()
+    raw_input: dict = field(default_factory=dict)
 
 
 def load_dataset(
@@ -48,6 +54,10 @@ def load_dataset(
     calib_size: int = 128,
 ) -> Dataset:
     """Load and split a dataset.
+
+    An ``.npz`` file or a plugin's dict holds ``x_train``, ``y_train``, ``x_test``, ``y_test``,
+    optionally ``x_val`` and ``y_val``, and optionally ``class_names``, one per class in label
+    order (the class indices as strings without it).
 
     Args:
         source: ``digits``, a path to an ``.npz`` file, or ``package.module:function``.
@@ -98,7 +108,13 @@ def _digits(seed: int) -> dict[str, np.ndarray]:
     bunch = load_digits()
     x = bunch.images.astype(np.float32)[:, None, :, :]
     x_train, x_test, y_train, y_test = _split(x, bunch.target, 0.2, seed)
-    return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+    return {
+        "x_train": x_train,
+        "y_train": y_train,
+        "x_test": x_test,
+        "y_test": y_test,
+        "class_names": bunch.target_names,
+    }
 
 
 def _npz(path: Path) -> dict[str, np.ndarray]:
@@ -166,10 +182,13 @@ def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> list[np.
 
 
 def _finish(source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size: int) -> Dataset:
-    mean = float(arrays["x_train"].mean())
-    std = float(arrays["x_train"].std()) or 1.0
+    raw_train = arrays["x_train"]
+    # float32 statistics and float32 arithmetic: the formula a deployment applies, exactly.
+    mean = np.float32(raw_train.mean())
+    std = np.float32(raw_train.std())
+    std = std if std > 0 else np.float32(1.0)
     out = {
-        key: ((value - mean) / std).astype(np.float32)
+        key: (value.astype(np.float32) - mean) / std
         if key.startswith("x_")
         else value.astype(np.int64)
         for key, value in arrays.items()
@@ -178,15 +197,63 @@ def _finish(source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size
     rng = np.random.default_rng(seed)
     calib_rows = rng.permutation(len(out["x_train"]))[: min(calib_size, len(out["x_train"]))]
     labels = np.concatenate([out["y_train"], out["y_val"], out["y_test"]])
+    num_classes = int(labels.max()) + 1
     return Dataset(
         name=source,
         x_calib=out["x_train"][calib_rows],
-        num_classes=int(labels.max()) + 1,
+        num_classes=num_classes,
         input_shape=tuple(int(d) for d in out["x_train"].shape[1:]),
-        preprocessing={"standardize": {"mean": mean, "std": std}},
+        preprocessing={"standardize": {"mean": float(mean), "std": float(std)}},
         fingerprint=_fingerprint(out, seed),
+        class_names=_class_names(arrays.get("class_names"), num_classes, source),
+        raw_input={
+            "dtype": raw_train.dtype.name,
+            "min": raw_train.min().item(),
+            "max": raw_train.max().item(),
+        },
         **out,
     )
+
+
+def _class_names(names: np.ndarray | None, num_classes: int, source: str) -> tuple[str, ...]:
+    """The dataset's class names as strings, else the class indices as strings."""
+    if names is None:
+        return tuple(str(i) for i in range(num_classes))
+    names = np.asarray(names)
+    if names.ndim != 1 or len(names) != num_classes:
+        raise DataError(
+            f"class_names of {source!r} must name each of the {num_classes} classes "
+            f"(labels 0..{num_classes - 1}) once, got shape {names.shape}"
+        )
+    as_text = tuple(str(n) for n in names.tolist())
+    if len(set(as_text)) != num_classes:
+        raise DataError(f"class_names of {source!r} repeat a name: {list(as_text)}")
+    return as_text
+
+
+def describe_dataset(data: Dataset) -> dict:
+    """What a deployment needs to know of the data a model was trained on, JSON-ready.
+
+    Args:
+        data: The loaded dataset.
+
+    Returns:
+        ``class_names`` (the name of each logit, in order), ``raw_input`` (dtype, min and max
+        of the raw train inputs, before standardisation) and ``preprocessing`` (the
+        standardisation's ``mean`` and ``std``, its ``formula`` and its float32 ``dtype``).
+    """
+    return {
+        "class_names": list(data.class_names),
+        "raw_input": dict(data.raw_input),
+        "preprocessing": {
+            **data.preprocessing,
+            "formula": (
+                "x_model = (float32(x_raw) - mean) / std, computed in float32, then cast to "
+                "the model input's dtype"
+            ),
+            "dtype": "float32",
+        },
+    }
 
 
 def _fingerprint(arrays: dict[str, np.ndarray], seed: int) -> str:

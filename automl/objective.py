@@ -15,7 +15,7 @@ import optuna
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import TrialState
 
-from automl.data import Dataset, load_dataset
+from automl.data import DESCRIPTION_ATTR, Dataset, describe_dataset, load_dataset
 from automl.errors import DataError
 from automl.space import load_space
 from automl.targets import load_target
@@ -150,6 +150,7 @@ class StudyObjective:
             "env": outcome.env,
             "history": outcome.history,
             "preprocessing": data.preprocessing,
+            DESCRIPTION_ATTR: describe_dataset(data),
             ARTIFACT_ID: artifact_id,
         }
         violations = [c.violation(outcome.metrics) for c in self.spec.constraints]

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
 import pytest
 
-from automl.data import load_dataset
+from automl.data import describe_dataset, load_dataset
 from automl.errors import DataError
 
 
@@ -76,11 +77,13 @@ def test_plugin_dataset(tmp_path, monkeypatch):
         "def load():\n"
         "    x = np.ones((30, 4), dtype='float32') * np.arange(30)[:, None]\n"
         "    y = np.arange(30) % 2\n"
-        "    return {'x_train': x, 'y_train': y, 'x_test': x[:10], 'y_test': y[:10]}\n"
+        "    return {'x_train': x, 'y_train': y, 'x_test': x[:10], 'y_test': y[:10],\n"
+        "            'class_names': ['even', 'odd']}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     data = load_dataset("my_data_plugin:load")
     assert data.input_shape == (4,) and data.num_classes == 2
+    assert data.class_names == ("even", "odd")
     sys.modules.pop("my_data_plugin", None)
 
 
@@ -91,6 +94,12 @@ def test_plugin_dataset(tmp_path, monkeypatch):
         (lambda a: a.update(y_train=a["y_train"][:-1]), "one label per sample: 60 samples"),
         (lambda a: a.update(x_test=np.zeros((20, 6), np.float32)), "sample shape \\(6,\\)"),
         (lambda a: a.update(y_test=a["y_test"] - 5), "non-negative integer labels"),
+        (
+            lambda a: a.update(class_names=np.array(["a", "b"])),
+            r"class_names of .* must name each of the 3 classes \(labels 0..2\) once, got "
+            r"shape \(2,\)",
+        ),
+        (lambda a: a.update(class_names=np.array(["a", "b", "a"])), "repeat a name"),
     ],
 )
 def test_bad_npz_names_the_problem(tmp_path, mutate, message):
@@ -114,3 +123,40 @@ def test_bad_sources(tmp_path):
     (tmp_path / "junk.npz").write_text("not a zip")
     with pytest.raises(DataError, match=r"not a readable \.npz"):
         load_dataset(str(tmp_path / "junk.npz"))
+
+
+def test_digits_records_class_names_and_raw_input(digits):
+    assert digits.class_names == tuple(str(i) for i in range(10))
+    assert digits.raw_input == {"dtype": "float32", "min": 0.0, "max": 16.0}
+
+
+def test_class_names_default_to_the_label_indices(tmp_path):
+    path = tmp_path / "data.npz"
+    np.savez(path, **_arrays())
+    assert load_dataset(str(path)).class_names == ("0", "1", "2")
+    np.savez(path, **_arrays(), class_names=np.array(["cat", "dog", "emu"]))
+    assert load_dataset(str(path)).class_names == ("cat", "dog", "emu")
+
+
+def test_raw_inputs_are_standardised_by_the_float32_formula(tmp_path):
+    arrays = _arrays()
+    arrays["x_train"] = np.random.default_rng(1).integers(3, 250, size=(60, 5), dtype=np.uint8)
+    arrays["x_test"] = np.random.default_rng(2).integers(0, 256, size=(20, 5), dtype=np.uint8)
+    arrays["x_val"], arrays["y_val"] = arrays["x_train"][:10], arrays["y_train"][:10]
+    path = tmp_path / "data.npz"
+    np.savez(path, **arrays)
+    data = load_dataset(str(path))
+    description = json.loads(json.dumps(describe_dataset(data)))  # as a sidecar holds it
+    assert description["raw_input"] == {
+        "dtype": "uint8",
+        "min": int(arrays["x_train"].min()),
+        "max": int(arrays["x_train"].max()),
+    }
+    assert description["preprocessing"]["dtype"] == "float32"
+    standardize = description["preprocessing"]["standardize"]
+    mean, std = np.float32(standardize["mean"]), np.float32(standardize["std"])
+    assert (float(mean), float(std)) == (standardize["mean"], standardize["std"])
+    expected = (arrays["x_test"].astype(np.float32) - mean) / std
+    assert expected.dtype == np.float32
+    np.testing.assert_array_equal(data.x_test, expected)
+    assert description["class_names"] == ["0", "1", "2"]
