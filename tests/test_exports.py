@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import optuna
 import pytest
@@ -14,10 +16,10 @@ from optuna.trial import TrialState
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from automl.data import Dataset
+from automl.data import DESCRIPTION_ATTR, Dataset, describe_dataset
 from automl.errors import SpecError
-from automl.exports import choose_trial, export_model
-from automl.spec import METRICS
+from automl.exports import METADATA_FIELDS, METADATA_PREFIX, choose_trial, export_model
+from automl.spec import RECORDED_METRICS
 from automl.studies import pareto_front
 
 NAME = "ex"
@@ -59,7 +61,7 @@ def test_sidecar(exported: list) -> None:
         assert (sidecar["study"], sidecar["trial"]) == (NAME, trial.number)
         assert (sidecar["target"], sidecar["dataset"]) == ("cpu", "digits")
         assert sidecar["params"] == trial.params
-        assert sidecar["metrics"] == {k: trial.user_attrs[k] for k in METRICS}
+        assert sidecar["metrics"] == {k: trial.user_attrs[k] for k in RECORDED_METRICS}
         assert sidecar["env"] == trial.user_attrs["env"]
         assert {"onnxruntime", "provider", "cpu_model", "intra_op_threads"} <= sidecar["env"].keys()
         (model_input,), (model_output,) = sidecar["inputs"], sidecar["outputs"]
@@ -94,29 +96,94 @@ def test_sidecar_preprocessing_gives_the_test_split(exported: list, digits: Data
         np.testing.assert_array_equal(y, digits.y_test)
 
 
-def test_fresh_session_reproduces_stored_accuracy(exported: list) -> None:
+def accuracy_from_files(model_path: Path, x_raw: np.ndarray, y: np.ndarray) -> float:
+    """Top-1 accuracy on raw inputs as a deployment computes it: from model.onnx and
+    model.json alone, with onnxruntime, numpy and json."""
+    sidecar = json.loads(model_path.with_suffix(".json").read_text())
+    run_with = sidecar["measured_with"]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = run_with["intra_op_threads"]
+    session = ort.InferenceSession(
+        str(model_path), sess_options=options, providers=[run_with["provider"]]
+    )
+    standardize = sidecar["preprocessing"]["standardize"]
+    mean, std = np.float32(standardize["mean"]), np.float32(standardize["std"])
+    x = ((x_raw.astype(np.float32) - mean) / std).astype(sidecar["input"]["dtype"])
+    batch = run_with["batch_size"]  # int8 dynamic scales depend on the batch
+    logits = [
+        session.run(None, {sidecar["input"]["name"]: x[i : i + batch]})[0]
+        for i in range(0, len(x), batch)
+    ]
+    assert logits[0].shape[1] == sidecar["output"]["num_classes"] == len(sidecar["class_names"])
+    return float(np.mean(np.concatenate(logits).argmax(axis=1) == y))
+
+
+def test_exported_files_alone_reproduce_the_test_accuracy(exported: list) -> None:
     x_raw, y = _raw_test_split()
     for trial, path, sidecar in exported:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = sidecar["env"]["intra_op_threads"]
-        session = ort.InferenceSession(
-            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        accuracy = accuracy_from_files(path, x_raw, y)
+        assert (
+            accuracy == sidecar["metrics"]["test_accuracy"] == trial.user_attrs["test_accuracy"]
+        ), f"trial {trial.number} ({trial.params})"
+
+
+def test_sidecar_says_how_to_deploy(exported: list, digits: Dataset) -> None:
+    for trial, _, sidecar in exported:
+        assert trial.user_attrs[DESCRIPTION_ATTR] == describe_dataset(digits)
+        assert sidecar["class_names"] == [str(i) for i in range(10)]
+        assert sidecar["raw_input"] == {"dtype": "float32", "min": 0.0, "max": 16.0}
+        assert sidecar["preprocessing"] == describe_dataset(digits)["preprocessing"]
+        assert sidecar["input"] == sidecar["inputs"][0]
+        assert sidecar["output"] == {
+            **sidecar["outputs"][0],
+            "kind": "logits",
+            "softmax_applied": False,
+            "num_classes": 10,
+        }
+        env, latency = trial.user_attrs["env"], trial.user_attrs["latency"]
+        assert sidecar["measured_with"] == {
+            "provider": env["provider"],
+            "intra_op_threads": env["intra_op_threads"],
+            "batch_size": trial.params["batch_size"],
+            "onnxruntime": env["onnxruntime"],
+        }
+        assert latency["batch_size"] == trial.params["batch_size"]
+
+
+def test_metadata_props_hold_the_deployment_fields_and_the_sidecar_the_hash(
+    exported: list,
+) -> None:
+    for _, path, sidecar in exported:
+        assert sidecar["file"] == path.name
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == sidecar["sha256"]
+        expected = {METADATA_PREFIX + key: sidecar[key] for key in METADATA_FIELDS}
+        props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+        ours = {k: json.loads(v) for k, v in props.items() if k.startswith(METADATA_PREFIX)}
+        assert ours == expected
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        assert session.get_modelmeta().custom_metadata_map == props  # what a deployment reads
+
+
+def test_a_trial_without_a_data_description_is_described_from_its_dataset(
+    study_run: dict, exported: list, tmp_path: Path
+) -> None:
+    trial, _, recorded = exported[0]
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'copy.db'}")
+    optuna.copy_study(from_study_name=NAME, from_storage=study_run["storage"], to_storage=storage)
+    copy = optuna.load_study(study_name=NAME, storage=storage)
+    older = {k: v for k, v in trial.user_attrs.items() if k != DESCRIPTION_ATTR}
+    copy.add_trial(
+        optuna.trial.create_trial(
+            params=trial.params,
+            distributions=trial.distributions,
+            values=trial.values,
+            user_attrs=older,
         )
-        (model_input,) = sidecar["inputs"]
-        assert session.get_inputs()[0].name == model_input["name"]
-        standardize = sidecar["preprocessing"]["standardize"]
-        x = ((x_raw - standardize["mean"]) / standardize["std"]).astype(model_input["dtype"])
-        batch = sidecar["candidate"]["batch_size"]  # the batch the accuracy was measured at
-        predicted = np.concatenate(
-            [
-                session.run(None, {model_input["name"]: x[i : i + batch]})[0].argmax(axis=1)
-                for i in range(0, len(x), batch)
-            ]
-        )
-        accuracy = float(np.mean(predicted == y))
-        assert accuracy == sidecar["metrics"]["accuracy"] == trial.user_attrs["accuracy"], (
-            f"trial {trial.number} ({trial.params})"
-        )
+    )
+    number = copy.trials[-1].number
+    sidecar = export_model(NAME, storage, study_run["store"], number, tmp_path / "m.onnx")
+    deployment = ("class_names", "raw_input", "preprocessing", "input", "output", "measured_with")
+    assert {k: sidecar[k] for k in deployment} == {k: recorded[k] for k in deployment}
 
 
 def test_choose_trial_picks_the_most_accurate_front_trial(study_run: dict) -> None:
@@ -128,3 +195,158 @@ def test_choose_trial_picks_the_most_accurate_front_trial(study_run: dict) -> No
 def test_a_malformed_budget_is_a_spec_error(study_run: dict) -> None:
     with pytest.raises(SpecError, match="invalid budget: constraint 'latency < 2' must look like"):
         choose_trial(NAME, study_run["storage"], "accuracy", "latency < 2")
+
+
+def _by_accuracy(study_run: dict) -> list[dict]:
+    """Records of the study's complete trials, most accurate first (ties by trial number)."""
+    from automl.studies import load, trial_record
+
+    _, spec = load(NAME, study_run["storage"])
+    records = [trial_record(t, spec) for t in study_run["trials"]]
+    return sorted(records, key=lambda r: -r["metrics"]["accuracy"])
+
+
+# Recorded per-batch run times (ms): p99 0.896, wholly under 1 ms; and the same scaled so that
+# their p99 is exactly 1 ms, an interval that straddles a 1 ms budget.
+TIMES = np.linspace(0.5, 0.9, 1000)
+STRADDLING = TIMES / np.percentile(TIMES, 99)
+
+
+def test_choose_trial_passes_over_the_best_trial_within_noise_of_the_budget(
+    study_run: dict,
+) -> None:
+    from automl.decide import pick_among
+    from automl.pipeline.latency_decision import decide_budget
+
+    ranked = _by_accuracy(study_run)
+    best, runner_up = ranked[0], ranked[1]
+    decisions = {
+        r["number"]: decide_budget(
+            STRADDLING if r is best else TIMES, 1, "latency_p99_ms", "<=", 1.0
+        )
+        for r in ranked
+    }
+
+    pick = pick_among(ranked, "accuracy", decisions)
+
+    assert (pick.number, pick.basis) == (runner_up["number"], "re-measured")
+    shown = f"trial {best['number']} (accuracy {best['metrics']['accuracy']:.4g})"
+    assert pick.notes[0].startswith(f"{shown} is within noise of the budget: p99 1 ms [")
+    assert pick.notes[0].endswith("straddles 1")
+    assert pick.notes[-1].startswith(f"picked trial {runner_up['number']} (accuracy ")
+    assert pick.decisions[best["number"]]["verdict"] == "within-noise"
+
+
+def test_when_no_trial_is_shown_to_meet_the_budget_none_is_picked(study_run: dict) -> None:
+    from automl.decide import pick_among
+    from automl.pipeline.latency_decision import decide_budget
+    from automl.studies import TrialNotFound
+
+    ranked = _by_accuracy(study_run)
+    few = {r["number"]: decide_budget(TIMES[:50], 1, "latency_p99_ms", "<=", 1.0) for r in ranked}
+
+    with pytest.raises(TrialNotFound, match="no Pareto trial meets latency_p99_ms <= 1 when re-m"):
+        pick_among(ranked, "accuracy", few)
+
+
+def test_choose_trial_re_measures_the_front_for_a_latency_budget(study_run: dict) -> None:
+    from automl.decide import pick_trial
+    from automl.remeasure import REMEASURED_ATTR
+
+    storage, store = study_run["storage"], study_run["store"]
+    front = pareto_front(NAME, storage)
+    best = max(front, key=lambda r: r["metrics"]["accuracy"])["number"]
+    budget = "latency_p99_ms <= 1000"  # no digits MLP comes near it
+
+    pick = pick_trial(NAME, storage, "accuracy", budget, artifact_store=store)
+
+    assert (pick.number, pick.basis) == (best, "re-measured")
+    assert pick.notes == (pick.notes[-1],) and pick.notes[-1].startswith(f"picked trial {best}")
+    assert set(pick.decisions) == {t["number"] for t in front}
+    remeasured = optuna.load_study(study_name=NAME, storage=storage).user_attrs[REMEASURED_ATTR]
+    assert {r["decisions"][0]["verdict"] for r in remeasured.values()} == {"meets"}
+    assert choose_trial(NAME, storage, "accuracy", budget, artifact_store=store) == best
+
+
+def test_without_models_to_re_measure_the_pick_is_unverified(study_run: dict) -> None:
+    from automl.decide import pick_trial
+
+    pick = pick_trial(NAME, study_run["storage"], "accuracy", "latency_p99_ms <= 1000")
+
+    assert pick.number == choose_trial(NAME, study_run["storage"], "accuracy")
+    assert pick.basis == "recorded" and "recorded figures, unverified" in pick.notes[0]
+
+
+def test_cli_export_under_a_latency_budget_says_how_it_picked(study_run: dict) -> None:
+    import subprocess
+    import sys
+
+    automl = Path(sys.executable).with_name("automl")
+    args = [automl, "study", "export", NAME, "--best", "accuracy", "--budget",
+            "latency_p99_ms <= 1000", "--measure-seconds", "2"]  # fmt: skip
+
+    def run(*more: str) -> str:
+        done = subprocess.run([*args, *more], cwd=study_run["root"], env=study_run["env"],
+                              capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+        return done.stdout
+
+    printed = json.loads(run("-o", "cli/model.onnx", "--json"))
+    plain = run("-o", "cli/again.onnx")
+
+    assert printed["pick"]["basis"] == "re-measured"
+    assert printed["pick"]["number"] == printed["trial"]
+    assert printed["pick"]["notes"][-1].startswith(f"picked trial {printed['trial']}")
+    assert f"picked trial {printed['trial']}" in plain
+    assert f"Wrote trial {printed['trial']} to cli/again.onnx" in plain
+
+
+CLASS_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+@pytest.fixture(scope="module")
+def raw_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Unscaled float64 digits, flattened, split by hand: the raw test split is known."""
+    digits = load_digits()
+    x_train, x_test, y_train, y_test = train_test_split(
+        digits.data, digits.target, test_size=0.25, random_state=3, stratify=digits.target
+    )
+    path = tmp_path_factory.mktemp("npz") / "raw-digits.npz"
+    arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+    np.savez(path, **arrays, class_names=np.array(CLASS_NAMES))
+    return path
+
+
+@pytest.fixture(scope="module")
+def npz_export(raw_npz: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple]:
+    """A small study on ``raw_npz``: int8 dynamic at batch 32 and fp16 at batch 8, exported."""
+    enqueued = [
+        {"arch.width": 32, "arch.depth": 1, "pruning_ratio": 0.0, **p}
+        for p in (
+            {"bits": 8, "int8_mode": "dynamic", "batch_size": 32},
+            {"bits": 16, "batch_size": 8},
+        )
+    ]
+    spec = {"name": "raw", "search_space": "digits-mlp", "n_trials": 2, "dataset": str(raw_npz)}
+    run = run_cli_study(tmp_path_factory.mktemp("raw-study"), spec, enqueued)
+    out = []
+    for trial in run["study"].get_trials(states=[TrialState.COMPLETE]):
+        path = run["root"] / f"trial-{trial.number}" / "model.onnx"
+        out.append(
+            (trial, path, export_model("raw", run["storage"], run["store"], trial.number, path))
+        )
+    return out
+
+
+def test_raw_npz_round_trip_reproduces_the_test_accuracy(npz_export: list, raw_npz: Path) -> None:
+    assert sorted(t.params["bits"] for t, _, _ in npz_export) == [8, 16]
+    with np.load(raw_npz) as npz:
+        x_raw, y, x_train = npz["x_test"], npz["y_test"], npz["x_train"]
+    for trial, path, sidecar in npz_export:
+        assert sidecar["class_names"] == CLASS_NAMES
+        assert sidecar["raw_input"]["dtype"] == "float64"
+        assert sidecar["raw_input"]["max"] <= x_train.max()  # the train split, after val
+        assert sidecar["input"]["shape"] == ["batch", 64]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == sidecar["sha256"]
+        accuracy = accuracy_from_files(path, x_raw, y)
+        assert accuracy == trial.user_attrs["test_accuracy"] == sidecar["metrics"]["test_accuracy"]
+        assert accuracy > 0.8

@@ -25,6 +25,7 @@ import onnxruntime as ort
 
 from automl.errors import SpecError, TargetUnavailable
 from automl.pipeline._ort import input_name, open_session
+from automl.pipeline.latency_decision import quantile_interval
 from automl.pipeline.torch_cuda_latency import cuda_available, cuda_runner
 from automl.targets import detect_gpu_names, require_present
 
@@ -41,7 +42,6 @@ _FEWEST_RUNS = 10  # below it, the median's interval spans every run
 _WARMUP_SECONDS = 0.2
 _FEWEST_OVER_BUDGET = 3  # timed runs a candidate over budget still gets, for its median
 _OVER_BUDGET_ERROR = 0.025  # chance that a candidate stopped over budget was within it
-_Z95 = 1.96
 _ORT_DTYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
@@ -143,10 +143,9 @@ def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
     p50, p90, p99 = np.percentile(x, [50, 90, 99])
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n > 1 else 0.0
-    half = _Z95 * math.sqrt(n) / 2
-    lo = min(max(math.floor(n / 2 - half), 1), n)
-    hi = min(max(math.ceil(n / 2 + 1 + half), 1), n)
-    ci_low, ci_high = float(x[lo - 1]), float(x[hi - 1])
+    median = quantile_interval(x, 0.5)  # a bound too few runs give is the extreme run
+    ci_low = float(x[0]) if median.low_ms is None else median.low_ms
+    ci_high = float(x[-1]) if median.high_ms is None else median.high_ms
     return LatencyStats(
         p50_ms=float(p50),
         p90_ms=float(p90),
@@ -273,6 +272,43 @@ def measure_latency(
         provider=provider,
         env=env,
     )
+
+
+def ort_run_timer(
+    model: Path | str, target: Target, inputs: np.ndarray, batch_size: int, *, warmup_runs: int = 10
+) -> tuple[Callable[[], float], dict[str, Any]]:
+    """A warmed-up ONNX Runtime session on the target, as a function that times one run.
+
+    For callers with their own stopping rule (re-measuring to decide a budget); the latency
+    stage itself is :func:`measure_latency`.
+
+    Args:
+        model: The ONNX file.
+        target: Where to measure; its hardware must be on this machine.
+        inputs: Real test samples, as for :func:`measure_latency`.
+        batch_size: Samples per run.
+        warmup_runs: Untimed runs first.
+
+    Returns:
+        ``run_once`` (milliseconds per batch) and the environment fingerprint.
+
+    Raises:
+        TargetUnavailable: The hardware is absent, or ONNX Runtime here cannot use it.
+        SpecError: ``batch_size`` or ``inputs`` are unusable.
+    """
+    require_present(target)
+    if batch_size < 1 or len(inputs) == 0:
+        raise SpecError(f"need batch_size >= 1 and some inputs; got {batch_size}, {len(inputs)}")
+    session = open_session(model, target.execution_providers, target.intra_op_threads)
+    provider = session.get_providers()[0]
+    if provider != target.execution_providers[0]:
+        raise TargetUnavailable(
+            f"target {target.name!r} needs ONNX Runtime's {target.execution_providers[0]}, "
+            f"but this ONNX Runtime runs the model on {provider}"
+        )
+    run_once = _ort_runner(session, _batch(inputs, batch_size, _input_dtype(session)))
+    _warm_up(run_once, warmup_runs)
+    return run_once, env_fingerprint(provider, target.intra_op_threads, target)
 
 
 @dataclass(frozen=True)

@@ -221,3 +221,21 @@ def test_gpu_without_a_cuda_runtime_raises(
 
     with pytest.raises(TargetUnavailable, match="onnxruntime-gpu"):
         measure_latency(onnx_model, load_target("h100"), samples, 1, torch_model=model)
+
+
+def test_a_run_timer_times_one_run_of_the_warm_model_at_a_time(
+    onnx_model: Path, samples: np.ndarray
+) -> None:
+    run_once, env = latency_module.ort_run_timer(onnx_model, load_target("cpu"), samples, 8)
+
+    times = [run_once() for _ in range(20)]
+
+    assert all(t > 0 for t in times)
+    assert env["provider"] == "CPUExecutionProvider" and env["target"] == "cpu"
+
+
+def test_a_run_timer_needs_the_target_and_a_batch(tmp_path: Path, samples: np.ndarray) -> None:
+    with pytest.raises(TargetUnavailable, match="automl worker --target a100"):
+        latency_module.ort_run_timer(tmp_path / "missing.onnx", load_target("a100"), samples, 1)
+    with pytest.raises(SpecError, match="batch_size"):
+        latency_module.ort_run_timer(tmp_path / "missing.onnx", load_target("cpu"), samples, 0)
