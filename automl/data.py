@@ -77,6 +77,7 @@ def load_dataset(
         arrays["x_train"], arrays["x_val"], arrays["y_train"], arrays["y_val"] = _split(
             arrays["x_train"], arrays["y_train"], val_fraction, seed
         )
+    _check_classes(arrays, source)
     return _finish(source, arrays, seed=seed, calib_size=calib_size)
 
 
@@ -142,7 +143,12 @@ def _plugin(source: str) -> dict[str, np.ndarray]:
         raise DataError(
             f"dataset plugin {source!r} must return a dict with keys {list(_REQUIRED_KEYS)}"
         )
-    return {key: np.asarray(value) for key, value in result.items()}
+    try:
+        return {key: np.asarray(value) for key, value in result.items()}
+    except ValueError as e:  # e.g. ragged lists
+        raise DataError(
+            f"dataset plugin {source!r} returned values that are not arrays: {e}"
+        ) from e
 
 
 def _validate(arrays: dict[str, np.ndarray], source: str) -> None:
@@ -170,8 +176,67 @@ def _validate(arrays: dict[str, np.ndarray], source: str) -> None:
                 f"y_{split} of {source!r} must be 1-D with one label per sample: "
                 f"{len(x)} samples in x_{split}, y_{split} has shape {y.shape}"
             )
-        if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
-            raise DataError(f"y_{split} of {source!r} must hold non-negative integer labels")
+        _check_inputs(x, f"x_{split}", source)
+        _check_label_values(y, f"y_{split}", source)
+
+
+def _check_inputs(x: np.ndarray, key: str, source: str) -> None:
+    """Numeric, finite inputs of a size within the settings."""
+    from automl.settings import get_settings
+
+    settings = get_settings()
+    numeric = np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)
+    if x.dtype == np.bool_ or not numeric:
+        raise DataError(
+            f"{key} of {source!r} has dtype {x.dtype}; inputs must be integer or float numbers"
+        )
+    features = int(np.prod(x.shape[1:]))
+    if len(x) > settings.data_max_samples or features > settings.data_max_features:
+        raise DataError(
+            f"{key} of {source!r} has {len(x)} samples of {features} features; at most "
+            f"{settings.data_max_samples} and {settings.data_max_features} are allowed "
+            "(AUTOML_DATA_MAX_SAMPLES, AUTOML_DATA_MAX_FEATURES)"
+        )
+    if np.issubdtype(x.dtype, np.floating):
+        bad = ~np.isfinite(x)
+        if bad.any():
+            first = np.argwhere(bad)[0]
+            raise DataError(
+                f"{key} of {source!r} has {int(bad.sum())} values that are NaN or infinite, "
+                f"the first at index {tuple(int(i) for i in first)} ({x[tuple(first)]}); "
+                "replace or drop them"
+            )
+
+
+def _check_label_values(y: np.ndarray, key: str, source: str) -> None:
+    """Integer labels in ``0..K-1`` with K within the settings."""
+    from automl.settings import get_settings
+
+    if y.dtype == np.bool_ or not np.issubdtype(y.dtype, np.integer):
+        raise DataError(f"{key} of {source!r} has dtype {y.dtype}; labels must be integers 0..K-1")
+    most = get_settings().data_max_classes
+    if y.min() < 0 or y.max() >= most:
+        raise DataError(
+            f"{key} of {source!r} holds labels {int(y.min())}..{int(y.max())}; labels must be "
+            f"class indices 0..K-1 with K at most {most} (AUTOML_DATA_MAX_CLASSES)"
+        )
+
+
+def _check_classes(arrays: dict[str, np.ndarray], source: str) -> None:
+    """At least two classes in train, and no validation or test class that train lacks."""
+    trained = np.unique(arrays["y_train"])
+    if len(trained) < 2:
+        raise DataError(
+            f"y_train of {source!r} holds one class ({trained.tolist()}): a classifier needs "
+            "at least two"
+        )
+    for key in ("y_val", "y_test"):
+        unseen = np.setdiff1d(np.unique(arrays[key]), trained)
+        if unseen.size:
+            raise DataError(
+                f"{key} of {source!r} holds classes {unseen.tolist()[:10]} that y_train lacks: "
+                "a model cannot learn them; move some of their samples into train"
+            )
 
 
 def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> list[np.ndarray]:

@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     max_timeout_s: float = Field(default=24 * 3600, gt=0)
     max_body_bytes: int = 1024 * 1024
     idempotency_key_ttl_s: float = Field(default=24 * 3600, gt=0)
+    # The largest dataset a study accepts: more is refused when the study is created.
+    data_max_samples: int = Field(default=5_000_000, ge=1)
+    data_max_features: int = Field(default=1_000_000, ge=1)
+    data_max_classes: int = Field(default=100_000, ge=2)
     # The range a search space may give each knob: a space beyond it is refused at load.
     knob_bounds: dict[str, tuple[float, float]] = Field(
         default_factory=lambda: {

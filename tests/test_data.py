@@ -93,7 +93,14 @@ def test_plugin_dataset(tmp_path, monkeypatch):
         (lambda a: a.pop("y_test"), "lacks arrays \\['y_test'\\]"),
         (lambda a: a.update(y_train=a["y_train"][:-1]), "one label per sample: 60 samples"),
         (lambda a: a.update(x_test=np.zeros((20, 6), np.float32)), "sample shape \\(6,\\)"),
-        (lambda a: a.update(y_test=a["y_test"] - 5), "non-negative integer labels"),
+        (lambda a: a.update(y_test=a["y_test"] - 5), r"y_test .* holds labels -5..-3"),
+        (lambda a: a.update(y_train=a["y_train"] * 10**9), r"labels 0..2000000000.*at most"),
+        (lambda a: a.update(y_train=a["y_train"] * 0.5), "y_train .*dtype float64.*integers"),
+        (lambda a: a.update(y_train=np.zeros_like(a["y_train"])), r"holds one class \(\[0\]\)"),
+        (lambda a: a.update(y_test=a["y_test"] + 1), r"y_test .* holds classes \[3\] that y_train"),
+        (lambda a: a["x_train"].__setitem__((3, 1), np.nan), r"1 values .*NaN.*index \(3, 1\)"),
+        (lambda a: a["x_test"].__setitem__((0, 0), np.inf), "x_test .*NaN or infinite"),
+        (lambda a: a.update(x_train=a["x_train"].astype(str)), "dtype <U.*integer or float"),
         (
             lambda a: a.update(class_names=np.array(["a", "b"])),
             r"class_names of .* must name each of the 3 classes \(labels 0..2\) once, got "
@@ -120,6 +127,27 @@ def test_bad_sources(tmp_path):
         load_dataset("no_such_module_xyz:load")
     with pytest.raises(DataError, match="dataset plugin 'json:loads' failed: TypeError"):
         load_dataset("json:loads")  # raises when called without arguments
+    for bad in ("ragged", "one_class"):
+        (tmp_path / f"{bad}_plugin.py").write_text(
+            "import numpy as np\n"
+            "def load():\n"
+            "    return {'x_train': [[1.0, 2.0], [3.0]], 'y_train': [0, 1],\n"
+            "            'x_test': [[1.0, 2.0]], 'y_test': [0]}\n"
+            if bad == "ragged"
+            else "import numpy as np\n"
+            "def load():\n"
+            "    x = np.ones((20, 3), np.float32)\n"
+            "    return {'x_train': x, 'y_train': np.zeros(20, int), 'x_test': x, 'y_test':"
+            " np.zeros(20, int)}\n"
+        )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(DataError, match="returned values that are not arrays"):
+            load_dataset("ragged_plugin:load")
+        with pytest.raises(DataError, match="holds one class"):
+            load_dataset("one_class_plugin:load")
+    finally:
+        sys.path.remove(str(tmp_path))
     (tmp_path / "junk.npz").write_text("not a zip")
     with pytest.raises(DataError, match=r"not a readable \.npz"):
         load_dataset(str(tmp_path / "junk.npz"))
