@@ -25,6 +25,7 @@ from automl.studies import (
     SPEC_ATTR,
     STOP_ATTR,
     fail_cap,
+    forgiven_failures,
     out_of_time,
     readable_spec,
     state_counts,
@@ -74,7 +75,7 @@ def _runnable(study: FrozenStudy, storage: BaseStorage, scope: Scope) -> bool:
     if counts["RUNNING"]:
         reap_stale_trials(optuna.load_study(study_name=study.study_name, storage=storage))
         counts, started = state_counts(storage, study._study_id)
-    if counts["FAIL"] >= fail_cap(spec):
+    if counts["FAIL"] >= fail_cap(spec, forgiven_failures(study.user_attrs)):
         return False
     if out_of_time(spec, started):
         return False

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 SPEC_ATTR = "automl_spec"
 DATA_ATTR = "data_fingerprint"
+FORGIVEN_ATTR = "failures_forgiven"
 STOP_ATTR = "stop_requested"
 LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
 _STATES = ("COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED")
@@ -221,16 +222,23 @@ def count_states(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
 
 
 def study_state(
-    spec: StudySpec, counts: dict[str, int], stop_requested: bool, timed_out: bool = False
+    spec: StudySpec,
+    counts: dict[str, int],
+    stop_requested: bool,
+    timed_out: bool = False,
+    forgiven: int = 0,
 ) -> str:
-    """queued, running, done, stopped or failed, from the counts, stop flag and time budget."""
+    """queued, running, done, stopped or failed, from the counts, stop flag and time budget.
+
+    ``forgiven`` failures (see :func:`retry_failed`) do not count towards the failure cap.
+    """
     if spec.n_trials is not None and counts["COMPLETE"] >= spec.n_trials:
         return "done"
     if counts["RUNNING"]:
         return "running"
     if stop_requested:
         return "stopped"
-    if counts["FAIL"] >= fail_cap(spec):
+    if counts["FAIL"] >= fail_cap(spec, forgiven):
         return "failed"
     return "done" if timed_out else "queued"
 
@@ -257,9 +265,37 @@ def out_of_time(spec: StudySpec, started: datetime | None) -> bool:
     return (datetime.now() - started).total_seconds() >= spec.timeout_s
 
 
-def fail_cap(spec: StudySpec) -> int:
-    """How many failed trials end a study: a space that keeps failing must not spin forever."""
-    return max(2 * (spec.n_trials or 0), 10)
+def fail_cap(spec: StudySpec, forgiven: int = 0) -> int:
+    """How many failed trials end a study: a space that keeps failing must not spin forever.
+
+    Args:
+        spec: The study's spec.
+        forgiven: Failures before the last :func:`retry_failed`, which no longer count.
+    """
+    return max(2 * (spec.n_trials or 0), 10) + forgiven
+
+
+def forgiven_failures(user_attrs: dict) -> int:
+    """How many failures of a study :func:`retry_failed` has forgiven (its user attrs)."""
+    return int(user_attrs.get(FORGIVEN_ATTR, 0))
+
+
+def retry_failed(name: str, storage: BaseStorage) -> int:
+    """Let a study that ended on too many failures run again, e.g. after its data was fixed.
+
+    The failures so far stay recorded as FAIL, but no longer count towards the cap; the
+    study's ``failures_forgiven`` user attr records how many.
+
+    Returns:
+        The number of failures forgiven.
+
+    Raises:
+        StudyNotFound: No such study.
+    """
+    study, _ = load(name, storage)
+    failed = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)))
+    study.set_user_attr(FORGIVEN_ATTR, failed)
+    return failed
 
 
 def get_study(name: str, storage: BaseStorage) -> StudyInfo:
@@ -268,7 +304,9 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
     trials = study.get_trials(deepcopy=False)
     counts = count_states(trials)
     stop_requested = bool(study.user_attrs.get(STOP_ATTR))
-    state = study_state(spec, counts, stop_requested, out_of_time(spec, first_start(trials)))
+    timed_out = out_of_time(spec, first_start(trials))
+    forgiven = forgiven_failures(study.user_attrs)
+    state = study_state(spec, counts, stop_requested, timed_out, forgiven)
     # Optuna's retry callback appends the trial it re-runs to the retry's history.
     retries = {
         t.system_attrs["retry_history"][-1]: t.number

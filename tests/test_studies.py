@@ -20,12 +20,14 @@ from automl.spec import parse_spec
 from automl.storage import open_artifact_store, open_storage
 from automl.studies import (
     DATA_ATTR,
+    FORGIVEN_ATTR,
     StudyNotFound,
     create_study,
     get_study,
     list_studies,
     pareto_front,
     request_stop,
+    retry_failed,
 )
 from automl.worker import run_study_loop
 
@@ -331,3 +333,19 @@ def test_a_resume_on_changed_data_is_refused_and_the_fingerprint_is_kept(env, tm
                        settings=settings)  # fmt: skip
     assert optuna.load_study(study_name="t", storage=storage).user_attrs[DATA_ATTR] == fingerprint
     assert not optuna.load_study(study_name="t", storage=storage).trials
+
+
+def test_a_failed_study_runs_again_once_its_failures_are_forgiven(env):
+    settings, storage, store = env
+    study = create_study(_spec(n_trials=1), storage)
+    for _ in range(10):  # the failures of a first run on broken data
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))
+    assert get_study("t", storage).state == "failed"
+    loop = {"artifact_store": store, "settings": settings}
+    assert run_study_loop("t", storage, **loop).reason == "too-many-failures"
+
+    assert retry_failed("t", storage) == 10
+    assert get_study("t", storage).state == "queued"
+    result = run_study_loop("t", storage, **loop)
+    assert (result.reason, result.ran) == ("done", 1)
+    assert optuna.load_study(study_name="t", storage=storage).user_attrs[FORGIVEN_ATTR] == 10
