@@ -23,7 +23,14 @@ _KINDS = {  # kind → (trace name, marker style); the front first so that it is
 }
 # Plain numbers on log axes: plotly's default SI prefixes read "100µ" for 0.0001 ms.
 _LOG_TICKS = "~g"
-_HOVER_METRICS = ("test_accuracy", "latency_p50_ms", "latency_p99_ms", "throughput_sps", "size_mb", "macs")
+_HOVER_METRICS = (
+    "test_accuracy",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "throughput_sps",
+    "size_mb",
+    "macs",
+)
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+import click
 import typer
 from rich.console import Console
 
@@ -28,12 +30,13 @@ StorageOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-def _storage(url: str | None) -> BaseStorage:
+def _storage(url: str | None, *, create: bool = True) -> BaseStorage:
+    """The storage at ``url``; read-only commands pass ``create=False`` (no new SQLite file)."""
     from automl.settings import get_settings
     from automl.storage import open_storage
 
     settings = get_settings()
-    return open_storage(url or settings.storage, settings)
+    return open_storage(url or settings.storage, settings, create=create)
 
 
 def _shown_url(url: str | None) -> str:
@@ -46,11 +49,18 @@ def _shown_url(url: str | None) -> str:
 
 
 def main() -> None:
-    """The ``automl`` entry point: an error the user can fix is one line, not a traceback."""
+    """The ``automl`` entry point: an error the user can fix is one line, not a traceback.
+
+    Ctrl-C exits 130 without a traceback, wherever it lands.
+    """
     try:
         app()
     except AutomlError as e:
         raise SystemExit(_fail(e).exit_code) from None
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: see runner.run_here
+        err.print("aborted by Ctrl-C")
+        raise SystemExit(130) from None
 
 
 def _fail(error: Exception) -> typer.Exit:
@@ -176,7 +186,9 @@ def dashboard(
 @study_app.command("start")
 def start(
     spec_file: Annotated[Path | None, typer.Argument(help="Study spec YAML.")] = None,
-    name: Annotated[str | None, typer.Option(help="Study name.")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Study name; alone, it resumes that study.")
+    ] = None,
     target: Annotated[
         str | None, typer.Option(help="Target, e.g. cpu or a100; 'cpu,a100' makes one study each.")
     ] = None,
@@ -190,28 +202,48 @@ def start(
     jobs: Annotated[int, typer.Option(help="Local worker processes.", min=1)] = 1,
     detach: Annotated[bool, typer.Option(help="Only create the study, for workers.")] = False,
     remeasure_front: Annotated[
-        bool, typer.Option(help="At the end, measure the front's latency again.")
+        bool,
+        typer.Option(help="At the end, measure the front's latency again, to decide budgets."),
+    ] = True,
+    retry_failed: Annotated[
+        bool, typer.Option(help="Resume a study that ended on too many failures.")
     ] = False,
 ) -> None:
-    """Create (or resume) a study and run it here, ending with the Pareto front."""
-    from automl.runner import run_local
-    from automl.studies import create_study
-    from automl.targets import is_present, load_target, require_present
+    """Create (or resume) a study and run it here, ending with the Pareto front.
 
+    `--name N` alone (a budget may come with it) resumes study N with its stored spec.
+    Ctrl-C finishes the running trial, prints the front and the command that resumes, and
+    exits 130; a second Ctrl-C aborts the trial (it is marked FAIL) and exits 130 at once.
+    SIGTERM stops as the first Ctrl-C does, and exits 0.
+    """
+    signal.signal(signal.SIGINT, _interrupt)
     overrides = {
         "name": name, "search_space": space, "dataset": dataset, "n_trials": n_trials,
         "timeout_s": timeout, "sampler": sampler, "seed": seed,
     }  # fmt: skip
     try:
-        specs = _specs_per_target(spec_file, target, overrides)
+        from automl.runner import run_here
+        from automl.studies import create_study
+        from automl.studies import retry_failed as forgive_failures
+        from automl.targets import is_present, load_target, require_present
+
+        store = _storage(storage) if _names_a_study(spec_file, target, overrides) else None
+        specs = store and _stored_spec(store, overrides)
+        specs = specs or _specs_per_target(spec_file, target, overrides)
         runnable = [s for s in specs if is_present(load_target(s.target))]
         if not detach and not runnable:
             require_present(load_target(specs[0].target))
-        store = _storage(storage)
+        store = store or _storage(storage)
         for spec in specs:
             create_study(spec, store, check_data=not detach)
+            if retry_failed:
+                forgive_failures(spec.name, store)
     except AutomlError as e:
         raise _fail(e) from None
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: see run_here
+        console.print("aborted by Ctrl-C before a trial started")
+        raise typer.Exit(130) from None
     url = _shown_url(storage)
     for spec in specs:
         if detach or spec not in runnable:
@@ -221,13 +253,38 @@ def start(
             )
     if detach:
         return
-    import optuna
+    after = _print_remeasured if remeasure_front else None
+    code = run_here(runnable, store, storage_url=storage, jobs=jobs, console=console, after=after)
+    if code:
+        raise typer.Exit(code)
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
-    for spec in runnable:
-        run_local(spec.name, store, storage_url=storage, jobs=jobs, console=console)
-        if remeasure_front:
-            _print_remeasured(spec.name, store)
+
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C in ``start`` outside its trial loop; not plain, see :class:`automl.worker.Aborted`."""
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise _Interrupted
+
+
+def _names_a_study(spec_file: Path | None, target: str | None, overrides: dict) -> bool:
+    """Whether ``start`` got a study name and at most a new budget."""
+    spec_options = ("search_space", "dataset", "sampler", "seed")
+    named = overrides["name"] is not None and spec_file is None and target is None
+    return named and all(overrides[key] is None for key in spec_options)
+
+
+def _stored_spec(store: BaseStorage, overrides: dict) -> list | None:
+    """The named study's stored spec with the new budget; None when there is no such study."""
+    from automl.spec import parse_spec
+    from automl.studies import StudyNotFound, load
+
+    try:
+        _, spec = load(overrides["name"], store)
+    except StudyNotFound:
+        return None
+    budget = {k: overrides[k] for k in ("n_trials", "timeout_s") if overrides[k] is not None}
+    return [parse_spec({**spec.model_dump(mode="json"), **budget})]
 
 
 def _print_remeasured(name: str, store: BaseStorage) -> None:
@@ -239,8 +296,16 @@ def _print_remeasured(name: str, store: BaseStorage) -> None:
     for number, latency in sorted(results.items()):
         console.print(
             f"trial {number}: p50 {latency['first_p50_ms']:.4f} ms in the study, "
-            f"{latency['p50_ms']:.4f} ms re-measured (cv {latency['cv']:.3f})"
+            f"{latency['p50_ms']:.4f} ms re-measured (cv {latency['cv']:.3f}, "
+            f"{latency['runs']} runs)",
+            highlight=False,
         )
+        for decision in latency["decisions"]:
+            console.print(
+                f"  {decision['metric']} {decision['op']} {decision['bound']:g}: "
+                f"{decision['verdict']}, {decision['reason']}",
+                highlight=False,
+            )
 
 
 def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: dict) -> list:
@@ -268,7 +333,7 @@ def list_cmd(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     from automl.render import studies_table
     from automl.studies import list_studies
 
-    infos = list_studies(_storage(storage))
+    infos = list_studies(_storage(storage, create=False))
     if as_json:
         _print_json([i.as_dict() for i in infos])
     else:
@@ -282,7 +347,7 @@ def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> Non
     from automl.studies import get_study
 
     try:
-        info = get_study(name, _storage(storage))
+        info = get_study(name, _storage(storage, create=False))
     except AutomlError as e:
         raise _fail(e) from None
     if as_json:
@@ -298,7 +363,7 @@ def pareto(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> N
     from automl.studies import load, pareto_front
 
     try:
-        store = _storage(storage)
+        store = _storage(storage, create=False)
         front = pareto_front(name, store)
         _, spec = load(name, store)
     except AutomlError as e:
@@ -318,26 +383,41 @@ def export(
     budget: Annotated[
         str | None, typer.Option(help="With --best, e.g. 'latency_p99_ms <= 2'.")
     ] = None,
+    measure_seconds: Annotated[
+        float, typer.Option(help="Latency --budget: re-measure each front model up to this.")
+    ] = 5.0,
     storage: StorageOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write a trial's ONNX model and its model.json sidecar."""
-    from automl.exports import choose_trial, export_model
+    """Write a trial's ONNX model and its model.json sidecar.
+
+    A latency --budget is decided on new runs of the front's models here: a trial within noise
+    of it is passed over, and said so.
+    """
+    from automl.decide import pick_trial
+    from automl.exports import export_model
     from automl.settings import get_settings
     from automl.storage import open_artifact_store
 
     if (trial is None) == (best is None):
         raise _fail(AutomlError("give exactly one of --trial N or --best METRIC"))
+    pick = None
     try:
-        store = _storage(storage)
-        number = trial if trial is not None else choose_trial(name, store, best, budget)
-        sidecar = export_model(name, store, open_artifact_store(get_settings()), number, out)
+        store, artifacts = _storage(storage), open_artifact_store(get_settings())
+        if best is not None:
+            pick = pick_trial(
+                name, store, best, budget, artifact_store=artifacts, max_seconds=measure_seconds
+            )
+        number = trial if pick is None else pick.number
+        sidecar = export_model(name, store, artifacts, number, out)
     except AutomlError as e:
         raise _fail(e) from None
     if as_json:
-        _print_json(sidecar)
-    else:
-        console.print(f"Wrote trial {number} to {out} and {out.with_suffix('.json')}")
+        _print_json(sidecar if pick is None else {**sidecar, "pick": pick.as_dict()})
+        return
+    for note in pick.notes if pick else ():
+        console.print(note, highlight=False)
+    console.print(f"Wrote trial {number} to {out} and {out.with_suffix('.json')}")
 
 
 @study_app.command("compare")
@@ -347,7 +427,7 @@ def compare(first: str, second: str, storage: StorageOpt = None, as_json: JsonOp
     from automl.render import comparison_table
 
     try:
-        comparison = compare_fronts(first, second, _storage(storage))
+        comparison = compare_fronts(first, second, _storage(storage, create=False))
     except AutomlError as e:
         raise _fail(e) from None
     if as_json:
@@ -370,7 +450,7 @@ def report(
 
     try:
         store = open_artifact_store(get_settings()) if models else None
-        path = write_report(name, _storage(storage), out, store)
+        path = write_report(name, _storage(storage, create=False), out, store)
     except AutomlError as e:
         raise _fail(e) from None
     console.print(f"Wrote {path}")
@@ -382,7 +462,7 @@ def stop(name: str, storage: StorageOpt = None) -> None:
     from automl.studies import request_stop
 
     try:
-        request_stop(name, _storage(storage))
+        request_stop(name, _storage(storage, create=False))
     except AutomlError as e:
         raise _fail(e) from None
     console.print(f"Stop requested for {name}: workers finish their running trial, then exit.")

@@ -6,7 +6,9 @@ COMPLETE or RUNNING, so concurrent workers stop at exactly ``n_trials`` COMPLETE
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import time
 import warnings
@@ -17,12 +19,20 @@ import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from automl.cache import StageCache
-from automl.objective import StudyObjective
+from automl.objective import StudyObjective, cached_dataset
 from automl.samplers import ScaledValuesSampler, make_sampler
 from automl.space import load_space
 from automl.spec import MAX_SEED
 from automl.storage import cached
-from automl.studies import STOP_ATTR, fail_cap, load, out_of_time, state_counts
+from automl.studies import (
+    STOP_ATTR,
+    check_fingerprint,
+    fail_cap,
+    forgiven_failures,
+    load,
+    out_of_time,
+    state_counts,
+)
 from automl.variants import VariantSampler
 
 if TYPE_CHECKING:
@@ -37,24 +47,111 @@ logger = logging.getLogger("automl.worker")
 WAITING_ON_OTHERS = "waiting-on-others"  # other workers hold the remaining trials
 
 
+class Aborted(KeyboardInterrupt):
+    """A second Ctrl-C: the running trial ends at once, and Optuna marks it FAIL.
+
+    A subclass, because CPython (``python -m``) ends the process by SIGINT, whatever exit code
+    it was given, once a plain ``KeyboardInterrupt`` has passed through ``exec()``, as it does
+    when it lands in the lazy import of torch (dataclasses build methods with ``exec``).
+    """
+
+
 class GracefulStop:
-    """SIGINT/SIGTERM ask the loop to stop after the running trial; a second SIGINT aborts."""
+    """SIGINT/SIGTERM ask the loop to stop after the running trial; a second SIGINT aborts.
+
+    Signals that arrive during one long C call (loading torch, say) reach the Python handler as
+    one call. The C handler writes one byte per signal to the wakeup pipe, so presses are counted
+    from it, and a second Ctrl-C is never taken for the first. SIGUSR1 aborts at once: a parent
+    passes its second Ctrl-C on to its helper processes that way.
+    """
 
     def __init__(self) -> None:
         self.requested = False
+        self.interrupted = False  # by Ctrl-C, not only by SIGTERM
+        self.aborted = False
+        self.helpers: list[int] = []  # pids told of a stop (SIGTERM) and an abort (SIGUSR1)
+        self._calls = 0  # SIGINT handler calls
+        self._bytes = 0  # SIGINT bytes read from the wakeup pipe
+        self._pipe: tuple[int, int, int] | None = None  # read end, write end, previous fd
+        self._previous: dict[int, object] = {}
 
-    def install(self) -> GracefulStop:
-        """Install the handlers (main thread only)."""
-        signal.signal(signal.SIGINT, self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
+    def install(self, *, sigint: bool = True) -> GracefulStop:
+        """Install the handlers (main thread only).
+
+        Args:
+            sigint: Handle Ctrl-C; helper processes leave it ignored and follow their parent.
+
+        Returns:
+            This stop.
+        """
+        signums = [signal.SIGTERM, signal.SIGUSR1] + ([signal.SIGINT] if sigint else [])
+        self._previous = {signum: signal.signal(signum, self._handle) for signum in signums}
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        self._pipe = (read, write, signal.set_wakeup_fd(write, warn_on_full_buffer=False))
+        # Optuna logs an aborted trial with the traceback of the KeyboardInterrupt.
+        logging.getLogger("optuna.study._optimize").addFilter(self._quiet_after_abort)
         return self
 
+    def uninstall(self) -> None:
+        """Restore what :meth:`install` replaced."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        if self._pipe is not None:
+            read, write, previous_fd = self._pipe
+            signal.set_wakeup_fd(previous_fd)
+            os.close(read)
+            os.close(write)
+            self._pipe = None
+        logging.getLogger("optuna.study._optimize").removeFilter(self._quiet_after_abort)
+
     def _handle(self, signum: int, _frame: object) -> None:
-        if self.requested and signum == signal.SIGINT:
-            logger.warning("second Ctrl-C: aborting; a running trial is marked FAIL")
-            raise KeyboardInterrupt
+        seen = max(self._calls, self._bytes)
+        self._calls += signum == signal.SIGINT
+        self._bytes += self._read_wakeups().count(signal.SIGINT)
+        presses = max(self._calls, self._bytes) - seen  # not yet acted on
+        if presses:
+            self.interrupted = True
+        if signum == signal.SIGTERM or (presses and seen == 0):
+            self._request("Ctrl-C" if presses else "SIGTERM")
+        if signum == signal.SIGUSR1 and not self.aborted:  # the parent may tell twice
+            self._abort("aborting: the parent process was interrupted")
+        if presses and seen + presses >= 2:
+            self._abort("second Ctrl-C: aborting; the running trial is marked FAIL")
+
+    def _read_wakeups(self) -> bytes:
+        if self._pipe is None:
+            return b""
+        chunks = []
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self._pipe[0], 512):
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _request(self, by: str) -> None:
+        if self.requested:
+            return
         self.requested = True
-        logger.warning("stop requested: finishing the running trial, then exiting")
+        self._tell_helpers(signal.SIGTERM)
+        again = " (Ctrl-C again aborts it)" if by == "Ctrl-C" else ""
+        logger.warning(
+            "stop requested by %s: finishing the running trial, then exiting%s", by, again
+        )
+
+    def _abort(self, message: str) -> None:
+        self.aborted = True
+        self._tell_helpers(signal.SIGUSR1)
+        logger.warning(message)
+        raise Aborted
+
+    def _tell_helpers(self, signum: int) -> None:
+        for pid in self.helpers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def _quiet_after_abort(self, _record: logging.LogRecord) -> bool:
+        return not self.aborted
 
 
 @dataclass
@@ -113,14 +210,19 @@ def run_study_loop(
     study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
     objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
     objective.check_inputs()
-    ran, outage_s = 0, 0.0
+    check_fingerprint(existing, spec, cached_dataset(spec.dataset, spec.seed).fingerprint)
+    ran, outage_s, waiting = 0, 0.0, False
     while True:
         objective.trial_id = None  # set by the objective once a trial reaches it
         try:
             reason = _stop_reason(study, spec, stop, ran, max_trials)
             if reason == WAITING_ON_OTHERS and wait:
+                if not waiting:
+                    _say_waiting(name, settings)
+                waiting = True
                 time.sleep(poll_s)
                 continue
+            waiting = False
             if reason:
                 return LoopResult(ran=ran, reason=reason)
             logger.info("study %s: starting a trial on %s", name, spec.target)
@@ -180,17 +282,28 @@ def _reaped_while_running(storage: BaseStorage, trial_id: int | None, error: Exc
     return True
 
 
+def _say_waiting(name: str, settings: Settings) -> None:
+    """Say what a loop waits for, and for how long at most."""
+    logger.warning(
+        "study %s: waiting for its last trials, which other workers hold; a trial whose worker "
+        "died is failed and retried once its heartbeat is %d s old (AUTOML_GRACE_PERIOD_S), so "
+        "a dead one is waited for %d s at most",
+        name, settings.grace_period_s, settings.grace_period_s,
+    )  # fmt: skip
+
+
 def _stop_reason(study, spec, stop, ran, max_trials) -> str | None:
     if stop is not None and stop.requested:
         return "signal"
-    if study._storage.get_study_user_attrs(study._study_id).get(STOP_ATTR):
+    attrs = study._storage.get_study_user_attrs(study._study_id)
+    if attrs.get(STOP_ATTR):
         return "stopped"
     if max_trials is not None and ran >= max_trials:
         return "max-trials"
     counts, first_start = state_counts(study._storage, study._study_id)
     if out_of_time(spec, first_start):  # timeout_s counts from the study's first trial
         return "timeout"
-    if counts["FAIL"] >= fail_cap(spec):
+    if counts["FAIL"] >= fail_cap(spec, forgiven_failures(attrs)):
         return "too-many-failures"
     if spec.n_trials is None:
         return None

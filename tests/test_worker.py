@@ -156,6 +156,24 @@ def test_sigterm_finishes_the_running_trial_and_exits_zero(fleet):
     assert _states(study)["COMPLETE"] < 5
 
 
+def test_a_second_ctrl_c_aborts_the_worker_trial_without_a_traceback(fleet):
+    make_study, worker = fleet
+    study = make_study("abort", n_trials=2, epochs=1000)  # long: both presses land inside it
+    process = worker("--target", "cpu", "--studies", "abort")
+    running = _running_on(study, process.pid)
+    process.send_signal(signal.SIGINT)
+    output = ""
+    while "stop requested" not in output and (line := process.stdout.readline()):
+        output += line
+    process.send_signal(signal.SIGINT)
+    output += process.communicate(timeout=120)[0]
+    assert process.returncode == 130, output
+    assert "Traceback" not in output
+    trial = study._storage.get_trial(running._trial_id)
+    assert trial.state.name == "FAIL"
+    assert trial.user_attrs["fail_reason"].startswith("interrupted")
+
+
 def test_worker_refuses_a_target_it_does_not_have(fleet):
     make_study, worker = fleet
     study = make_study("gpu", n_trials=2, target="a100")
