@@ -6,11 +6,12 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import optuna
 
-from automl.data import check_source_form, load_dataset
+from automl.data import BUILTIN_DATASETS, check_source_form, load_dataset
 from automl.errors import AutomlError, DataError, SpecError
 from automl.objective import ARTIFACT_ID, FAIL_REASON
 from automl.space import load_space
@@ -65,9 +66,9 @@ def create_study(
 ) -> optuna.Study:
     """Create the study for ``spec``, or resume the existing one with the same spec.
 
-    Validates the search space against the target, and loads the dataset (unless
-    ``check_data`` is off: it may exist only on the workers' hosts), so that nothing runs on
-    bad input. The data's fingerprint is stored with the study, and a resume on other data is
+    Validates the search space against the target, and loads and checks the dataset (with
+    ``check_data`` off, only where it is on this host: it may exist on the workers' only), so
+    that nothing runs on bad input. The data's fingerprint is stored with the study, and a resume on other data is
     refused. Two processes that create one study at once both get it.
 
     Args:
@@ -83,11 +84,10 @@ def create_study(
     """
     target = load_target(spec.target)
     load_space(spec.search_space).check_target(target)
-    if check_data:
+    check_source_form(spec.dataset)
+    fingerprint = None
+    if check_data or _readable_here(spec.dataset):
         fingerprint = load_dataset(spec.dataset, seed=spec.seed).fingerprint
-    else:
-        check_source_form(spec.dataset)
-        fingerprint = None
     stored = _stored_spec(storage, spec.name)
     if stored is None:
         try:
@@ -107,6 +107,11 @@ def create_study(
     study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
     study.set_user_attr(STOP_ATTR, False)
     return study
+
+
+def _readable_here(source: str) -> bool:
+    """Whether a dataset that may live on the workers only is on this host all the same."""
+    return source in BUILTIN_DATASETS or (source.endswith(".npz") and Path(source).is_file())
 
 
 def _new_study(

@@ -153,6 +153,19 @@ def test_bad_input_is_a_clear_error(cli):
     assert out.returncode == 2 and "no study named 'nope'" in out.stderr
     out = cli("study", "start", "--dataset", "digts", "--detach", check=False)
     assert out.returncode == 2 and "unknown dataset 'digts'" in out.stderr
+    x = np.ones((40, 4), np.float32)
+    x[5, 2] = np.nan
+    np.savez(
+        cli.root / "nan.npz",
+        x_train=x,
+        y_train=np.arange(40) % 2,
+        x_test=x,
+        y_test=np.arange(40) % 2,
+    )
+    out = cli("study", "start", "--dataset", "nan.npz", "--detach", check=False)  # here: checked
+    assert out.returncode == 2 and "NaN or infinite, the first at index (5, 2)" in out.stderr
+    out = cli("study", "start", "--seed", "-1", check=False)
+    assert out.returncode == 2 and "seed" in out.stderr and "Traceback" not in out.stderr
     for command in (["study", "list"], ["worker"]):
         out = cli(*command, "--storage", "postgresql://automl@127.0.0.1:1/automl", check=False)
         assert out.returncode == 2 and "error: cannot open the storage" in out.stderr
