@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test lint install
+.PHONY: study test lint install install-gpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -13,6 +13,17 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The GPU install: exactly one ONNX Runtime, onnxruntime-gpu, beside the CUDA 13 torch of
+# constraints.txt. Both ORT builds ship the `onnxruntime` package, and the base dependencies bring
+# the CPU one, so both are removed after the install and the GPU build is put back on its own.
+# `make install-gpu GPU_EXTRAS=dev,gpu,tensorrt` adds TensorRT.
+GPU_EXTRAS ?= dev,gpu
+install-gpu: $(STAMP)
+	$(BIN)/pip install -q -c constraints.txt -c constraints-gpu.txt -e '.[$(GPU_EXTRAS)]'
+	$(BIN)/pip uninstall -q -y onnxruntime onnxruntime-gpu
+	$(BIN)/pip install -q -c constraints.txt -c constraints-gpu.txt --no-deps onnxruntime-gpu
+	$(BIN)/python -c "from automl.pipeline.ort_packages import require_single_ort as r; r()"
 
 study: $(STAMP)
 	$(BIN)/automl study start studies/digits.yaml

@@ -12,7 +12,7 @@ from optuna.storages import BaseStorage
 
 from api.errors import ApiError
 from api.rendering import RenderedFronts
-from automl.queries import StudySnapshots
+from automl.service.read import StudySnapshots
 from automl.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False, description="An API token from AUTOML_API_TOKENS.")

@@ -11,8 +11,8 @@ from optuna.artifacts.exceptions import ArtifactNotFound
 from starlette.exceptions import HTTPException
 
 from automl.errors import SpecError
-from automl.studies import StudyNotFound, TrialNotFound
-from automl.submissions import KeyReused, StudyConflict
+from automl.service.studies import StudyNotFound, TrialNotFound
+from automl.service.submissions import KeyReused, StudyConflict
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request

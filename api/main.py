@@ -14,9 +14,9 @@ from api.rendering import RenderedFronts
 from api.routers import health, search_spaces, studies, targets, trials
 from api.schemas import ErrorOut
 from api.security import TokenVerifier
-from automl.queries import StudySnapshots
-from automl.queue import Reaper
-from automl.storage import cached, open_artifact_store, open_storage
+from automl.service.read import StudySnapshots
+from automl.storage.factory import cached, open_artifact_store, open_storage
+from automl.storage.reaper import Reaper
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 from api.errors import ApiError
 from automl.data import BUILTIN_DATASETS
-from automl.space import list_spaces
-from automl.spec import parse_spec
+from automl.search.space import list_spaces
+from automl.search.spec import parse_spec
 from automl.targets import list_targets
 
 if TYPE_CHECKING:
+    from automl.search.spec import StudySpec
     from automl.settings import Settings
-    from automl.spec import StudySpec
 
 
 def _reject(field: str, message: str) -> ApiError:

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from api.schemas import ParetoOut
 
 if TYPE_CHECKING:
-    from automl.queries import Front
+    from automl.service.read import Front
 
 
 API_MODEL_HREF = "/v1/studies/{name}/trials/{number}/model"

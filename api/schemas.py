@@ -1,4 +1,4 @@
-"""Response bodies. Request bodies reuse ``automl.spec.StudySpec``, exactly as the CLI does."""
+"""Response bodies. Request bodies reuse ``automl.search.spec.StudySpec``, exactly as the CLI does."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from api.policy import public_spec
-from automl.queries import waiting_reason
-from automl.spec import StudySpec
-from automl.studies import StudyInfo
+from automl.records import TrialStateName
+from automl.search.spec import StudySpec
+from automl.service.read import waiting_reason
+from automl.service.studies import StudyInfo
 
 if TYPE_CHECKING:
-    from automl.queries import Front
+    from automl.service.read import Front
     from automl.settings import Settings
     from automl.targets import Target
 
@@ -63,15 +64,18 @@ class StudyOut(BaseModel):
     links: dict[str, str]
 
     @classmethod
-    def of(cls, info: StudyInfo, settings: Settings) -> StudyOut:
-        """From the study service's record; the dataset as the client gave it."""
+    def of(cls, info: StudyInfo, settings: Settings, serving: frozenset[str]) -> StudyOut:
+        """From the study service's record; the dataset as the client gave it.
+
+        ``serving``: the targets live workers serve, for ``waiting_reason``.
+        """
         base = f"/v1/studies/{info.name}"
         links = {"self": base, "trials": f"{base}/trials", "pareto": f"{base}/pareto"}
         return cls.model_validate(
             {
                 **info.as_dict(),
                 "spec": public_spec(info.spec, settings),
-                "waiting_reason": waiting_reason(info),
+                "waiting_reason": waiting_reason(info, serving),
                 "links": links,
             }
         )
@@ -90,7 +94,7 @@ class TrialOut(BaseModel):
     """A trial: objective values by metric name, params, metrics and a link to its model."""
 
     number: int
-    state: Literal["COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED"]
+    state: TrialStateName
     values: dict[str, float]
     params: dict[str, Scalar]
     metrics: dict[str, float]
@@ -100,7 +104,7 @@ class TrialOut(BaseModel):
 
     @classmethod
     def of(cls, study: str, record: dict) -> TrialOut:
-        """From ``automl.studies.trial_record``."""
+        """From ``automl.service.studies.trial_record``."""
         url = f"/v1/studies/{study}/trials/{record['number']}/model"
         return cls.model_validate({**record, "model_url": url if record["artifact_id"] else None})
 

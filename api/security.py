@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 from typing import TYPE_CHECKING
 
 from automl.errors import SpecError
@@ -33,16 +32,6 @@ def configured_tokens(settings: Settings) -> list[str]:
             raise SpecError(f"cannot read the API token file: {e}") from e
         tokens += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     return [t for t in tokens if t]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class TokenVerifier:

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from automl.errors import AutomlError, TargetUnavailable
+from automl.pipeline.ort_packages import require_single_ort
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -33,7 +34,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 def _storage(url: str | None, *, create: bool = True) -> BaseStorage:
     """The storage at ``url``; read-only commands pass ``create=False`` (no new SQLite file)."""
     from automl.settings import get_settings
-    from automl.storage import open_storage
+    from automl.storage.factory import open_storage
 
     settings = get_settings()
     return open_storage(url or settings.storage, settings, create=create)
@@ -54,6 +55,7 @@ def main() -> None:
     Ctrl-C exits 130 without a traceback, wherever it lands.
     """
     try:
+        require_single_ort()
         app()
     except AutomlError as e:
         raise SystemExit(_fail(e).exit_code) from None
@@ -75,7 +77,7 @@ def _print_json(value: object) -> None:
 @app.command("targets")
 def targets_cmd(as_json: JsonOpt = False) -> None:
     """List the known targets and mark those present on this machine."""
-    from automl.render import targets_table
+    from automl.report.tables import targets_table
     from automl.targets import is_present, list_targets
 
     rows = [(t, is_present(t)) for t in list_targets()]
@@ -103,11 +105,11 @@ def worker(
     """
     import logging
 
-    from automl.queue import Scope, work
+    from automl.fleet.scheduler import Scope, work
+    from automl.fleet.study_loop import GracefulStop
     from automl.settings import get_settings
-    from automl.storage import cached, open_artifact_store
+    from automl.storage.factory import cached, open_artifact_store
     from automl.targets import is_present, list_targets, load_target, require_present
-    from automl.worker import GracefulStop
 
     if target is not None and auto:
         raise _fail(AutomlError("give --target T or --auto, not both"))
@@ -141,7 +143,7 @@ def worker(
 
 def _require_servable(name: str, storage: BaseStorage, targets: set[str]) -> None:
     """Refuse a study that does not exist or whose target this worker does not serve."""
-    from automl.studies import load
+    from automl.service.studies import load
 
     target = load(name, storage)[1].target
     if target not in targets:
@@ -152,20 +154,16 @@ def _require_servable(name: str, storage: BaseStorage, targets: set[str]) -> Non
         )
 
 
-@app.command("serve")
-def serve_cmd(
-    storage: StorageOpt = None,
-    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 8000,
-    workers: Annotated[int, typer.Option(help="Local trial worker processes.", min=0)] = 1,
-) -> None:
-    """Serve the REST API (OpenAPI at /docs) with K local trial workers."""
-    from automl.serve import serve
+def _add_plugin_commands() -> None:
+    """Commands that other packages register under the ``automl.commands`` entry points.
 
-    try:
-        serve(host=host, port=port, workers=workers, storage_url=storage)
-    except AutomlError as e:
-        raise _fail(e) from None
+    The REST service's ``automl serve`` comes this way (see ``pyproject.toml``), so that
+    nothing in ``automl`` imports ``api``.
+    """
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="automl.commands"):
+        app.command(entry.name)(entry.load())
 
 
 @app.command("dashboard")
@@ -175,7 +173,7 @@ def dashboard(
     port: Annotated[int, typer.Option(help="Port.")] = 8080,
 ) -> None:
     """Start optuna-dashboard on the study storage and artifact store (warns off loopback)."""
-    from automl.dashboard import run_dashboard
+    from automl.report.dashboard import run_dashboard
     from automl.settings import get_settings
 
     settings = get_settings()
@@ -222,9 +220,9 @@ def start(
         "timeout_s": timeout, "sampler": sampler, "seed": seed,
     }  # fmt: skip
     try:
-        from automl.runner import run_here
-        from automl.studies import create_study
-        from automl.studies import retry_failed as forgive_failures
+        from automl.fleet.local import run_here
+        from automl.service.studies import create_study
+        from automl.service.studies import retry_failed as forgive_failures
         from automl.targets import is_present, load_target, require_present
 
         store = _storage(storage) if _names_a_study(spec_file, target, overrides) else None
@@ -260,7 +258,7 @@ def start(
 
 
 class _Interrupted(KeyboardInterrupt):
-    """Ctrl-C in ``start`` outside its trial loop; not plain, see :class:`automl.worker.Aborted`."""
+    """Ctrl-C in ``start`` outside its trial loop; not plain, see :class:`automl.fleet.study_loop.Aborted`."""
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -276,8 +274,8 @@ def _names_a_study(spec_file: Path | None, target: str | None, overrides: dict) 
 
 def _stored_spec(store: BaseStorage, overrides: dict) -> list | None:
     """The named study's stored spec with the new budget; None when there is no such study."""
-    from automl.spec import parse_spec
-    from automl.studies import StudyNotFound, load
+    from automl.search.spec import parse_spec
+    from automl.service.studies import StudyNotFound, load
 
     try:
         _, spec = load(overrides["name"], store)
@@ -288,9 +286,9 @@ def _stored_spec(store: BaseStorage, overrides: dict) -> list | None:
 
 
 def _print_remeasured(name: str, store: BaseStorage) -> None:
-    from automl.remeasure import remeasure_front
     from automl.settings import get_settings
-    from automl.storage import open_artifact_store
+    from automl.storage.factory import open_artifact_store
+    from automl.trials.remeasure import remeasure_front
 
     results = remeasure_front(name, store, open_artifact_store(get_settings()))
     for number, latency in sorted(results.items()):
@@ -310,7 +308,7 @@ def _print_remeasured(name: str, store: BaseStorage) -> None:
 
 def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: dict) -> list:
     """One spec per comma-separated target; several targets suffix the name with the target."""
-    from automl.spec import load_spec, parse_spec
+    from automl.search.spec import load_spec, parse_spec
 
     def one(target: str | None, suffix: bool):
         values = {**overrides, "target": target}
@@ -330,8 +328,8 @@ def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: di
 @study_app.command("list")
 def list_cmd(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     """List the studies in the storage with their state and progress."""
-    from automl.render import studies_table
-    from automl.studies import list_studies
+    from automl.report.tables import studies_table
+    from automl.service.read import list_studies
 
     infos = list_studies(_storage(storage, create=False))
     if as_json:
@@ -343,8 +341,8 @@ def list_cmd(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
 @study_app.command("show")
 def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     """Spec, progress, and failures with their reasons."""
-    from automl.render import study_panel
-    from automl.studies import get_study
+    from automl.report.tables import study_panel
+    from automl.service.studies import get_study
 
     try:
         info = get_study(name, _storage(storage, create=False))
@@ -359,8 +357,9 @@ def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> Non
 @study_app.command("pareto")
 def pareto(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     """The Pareto front: non-dominated feasible trials."""
-    from automl.render import front_table
-    from automl.studies import load, pareto_front
+    from automl.report.tables import front_table
+    from automl.service.read import pareto_front
+    from automl.service.studies import load
 
     try:
         store = _storage(storage, create=False)
@@ -394,10 +393,10 @@ def export(
     A latency --budget is decided on new runs of the front's models here: a trial within noise
     of it is passed over, and said so.
     """
-    from automl.decide import pick_trial
-    from automl.exports import export_model
+    from automl.service.exports import export_model
     from automl.settings import get_settings
-    from automl.storage import open_artifact_store
+    from automl.storage.factory import open_artifact_store
+    from automl.trials.decide import pick_trial
 
     if (trial is None) == (best is None):
         raise _fail(AutomlError("give exactly one of --trial N or --best METRIC"))
@@ -423,8 +422,8 @@ def export(
 @study_app.command("compare")
 def compare(first: str, second: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     """How two fronts differ (e.g. one spec on two targets): which candidates win where."""
-    from automl.compare import compare_fronts
-    from automl.render import comparison_table
+    from automl.report.tables import comparison_table
+    from automl.service.compare import compare_fronts
 
     try:
         comparison = compare_fronts(first, second, _storage(storage, create=False))
@@ -444,9 +443,9 @@ def report(
     storage: StorageOpt = None,
 ) -> None:
     """One self-contained HTML report: front, knobs, importances, failures, environment."""
-    from automl.report import write_report
+    from automl.report.html import write_report
     from automl.settings import get_settings
-    from automl.storage import open_artifact_store
+    from automl.storage.factory import open_artifact_store
 
     try:
         store = open_artifact_store(get_settings()) if models else None
@@ -459,10 +458,13 @@ def report(
 @study_app.command("stop")
 def stop(name: str, storage: StorageOpt = None) -> None:
     """Ask every worker of the study to stop after its running trial."""
-    from automl.studies import request_stop
+    from automl.service.studies import request_stop
 
     try:
         request_stop(name, _storage(storage, create=False))
     except AutomlError as e:
         raise _fail(e) from None
     console.print(f"Stop requested for {name}: workers finish their running trial, then exit.")
+
+
+_add_plugin_commands()

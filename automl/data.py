@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import zipfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,12 @@ def load_dataset(
         )
     _check_classes(arrays, source)
     return _finish(source, arrays, seed=seed, calib_size=calib_size)
+
+
+@lru_cache(maxsize=4)
+def cached_dataset(source: str, seed: int) -> Dataset:
+    """Load a dataset once per process (see :func:`load_dataset`)."""
+    return load_dataset(source, seed=seed)
 
 
 def check_source_form(source: str) -> None:

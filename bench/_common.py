@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import optuna
 
+from automl.fleet.study_loop import run_study_loop
+from automl.search.spec import parse_spec
+from automl.service.studies import create_study
 from automl.settings import Settings
-from automl.spec import parse_spec
-from automl.storage import open_artifact_store, open_storage
-from automl.studies import create_study
-from automl.worker import run_study_loop
+from automl.storage.factory import open_artifact_store, open_storage
 
 
 def run_study(workdir: Path, *, enqueue: list[dict] | None = None, cache: bool = True, **spec):
@@ -42,7 +42,7 @@ def run_study(workdir: Path, *, enqueue: list[dict] | None = None, cache: bool =
 
 
 def start_server(url: str, workdir: Path, token: str) -> tuple[subprocess.Popen, str]:
-    """``automl.serve.serve`` without workers on a free loopback port, in its own process.
+    """``api.serve.serve`` without workers on a free loopback port, in its own process.
 
     Returns:
         The process (its log is ``workdir/server.log``) and the base URL, once ``/healthz`` is up.
@@ -53,7 +53,7 @@ def start_server(url: str, workdir: Path, token: str) -> tuple[subprocess.Popen,
     env = {**os.environ, "AUTOML_API_TOKENS": json.dumps([token])}
     env["AUTOML_ARTIFACTS_DIR"] = str(workdir / "artifacts")
     env["AUTOML_DATA_ROOT"] = str(workdir / "data")
-    code = f"from automl.serve import serve; serve('127.0.0.1', {port}, 0, {url!r})"
+    code = f"from api.serve import serve; serve('127.0.0.1', {port}, 0, {url!r})"
     log = (workdir / "server.log").open("w")
     process = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=workdir, stderr=log)
     base = f"http://127.0.0.1:{port}"

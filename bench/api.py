@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python -m bench.api [--trials 10000] [--storage URL]``.
 The trials are synthetic but carry the attrs real ones do; they go straight into storage.
-The server is ``automl.serve.serve`` (uvicorn, no workers) in its own process; the clients
+The server is ``api.serve.serve`` (uvicorn, no workers) in its own process; the clients
 are ``httpx.AsyncClient`` coroutines in this one. Goal: p99 < 100 ms for /pareto at 50 clients.
 """
 
@@ -23,10 +23,10 @@ import httpx
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+from automl.search.spec import parse_spec
+from automl.service.studies import create_study
 from automl.settings import Settings
-from automl.spec import parse_spec
-from automl.storage import open_storage
-from automl.studies import create_study
+from automl.storage.factory import open_storage
 from bench._common import start_server
 
 try:

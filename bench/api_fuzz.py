@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python -m bench.api_fuzz [--max-examples 30] [--seed 1]``.
 A study named ``example`` (the documented example of ``{name}``) gets one real trial first,
 so the generated requests also reach a real trial and its ONNX model. The server is
-``automl.serve.serve`` with no workers; schemathesis runs every check and every phase.
+``api.serve.serve`` with no workers; schemathesis runs every check and every phase.
 Prints generated cases and failures by code: ST101/ST102 are server errors, ST103-ST111
 responses that break the documented schema.
 """
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import optuna
 
+from automl.fleet.study_loop import run_study_loop
+from automl.search.spec import parse_spec
+from automl.service.studies import create_study
 from automl.settings import Settings
-from automl.spec import parse_spec
-from automl.storage import open_artifact_store, open_storage
-from automl.studies import create_study
-from automl.worker import run_study_loop
+from automl.storage.factory import open_artifact_store, open_storage
 from bench._common import start_server
 
 TOKEN = "fuzz-token-0123456789"

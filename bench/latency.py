@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python -m bench.latency [--repeats 5]``.
 Six fixed candidates are each measured ``repeats`` times in fresh ORT sessions, in random
 order, as a trial measures them: the session evaluates the test set at the serving batch, then
-is timed (see :func:`automl.trial.evaluate_and_measure`). For each it prints the CV of the
+is timed (see :func:`automl.trials.trial.evaluate_and_measure`). For each it prints the CV of the
 reported median, the ratio of our median to a plain ``timeit`` loop over ``session.run`` in a
 fresh process, and the time the latency stage cost (evaluation not counted). ``timeit`` reports
 a mean of runs, so the ratio of our mean to it is printed too: where a share of runs are slow
@@ -31,7 +31,7 @@ from automl.pipeline.export import export_onnx
 from automl.pipeline.quantize import quantize
 from automl.pipeline.train import train
 from automl.targets import load_target
-from automl.trial import evaluate_and_measure
+from automl.trials.trial import evaluate_and_measure
 
 SMALL = ArchConfig("cnn", 32, 2)
 LARGE = ArchConfig("resnet", 48, 3, kernel_size=5)

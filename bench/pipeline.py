@@ -13,7 +13,7 @@ import tempfile
 from automl.candidate import ArchConfig, Candidate
 from automl.data import load_dataset
 from automl.targets import load_target
-from automl.trial import run_trial
+from automl.trials.trial import run_trial
 
 CANDIDATES = {
     "cnn w32 d2 prune0.3 int8-static b32": Candidate(

@@ -40,7 +40,7 @@ import optuna
 import psycopg
 
 from automl.settings import Settings
-from automl.storage import cached, open_storage
+from automl.storage.factory import cached, open_storage
 
 PG = "host=127.0.0.1 port=5432 dbname=test user=postgres"
 SPACE = """name: scale

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from automl.spec import StudySpec
+from automl.search.spec import StudySpec
 from bench._common import run_study
 
 TRAINING = ("train", "prune")  # prune's time is almost all fine-tuning

@@ -18,10 +18,10 @@ import yaml
 from optuna.artifacts import FileSystemArtifactStore
 
 from automl.data import Dataset, load_dataset
+from automl.search.spec import parse_spec
+from automl.service.studies import create_study
 from automl.settings import Settings
-from automl.spec import parse_spec
-from automl.storage import open_storage
-from automl.studies import create_study
+from automl.storage.factory import open_storage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.schemas import SearchSpaceOut
-from automl.space import list_spaces, load_space
+from automl.search.space import list_spaces, load_space
 
 router = APIRouter(prefix="/search-spaces", tags=["search-spaces"])
 

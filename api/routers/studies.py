@@ -20,11 +20,12 @@ from api.deps import (
 from api.policy import check_spec
 from api.rendering import API_MODEL_HREF, JsonBytes, front_csv
 from api.schemas import ErrorOut, ParetoOut, StudyOut, StudyPage
-from automl.queries import study_page
-from automl.report import render_report_html
-from automl.spec import StudySpec
-from automl.studies import get_study, request_stop
-from automl.submissions import submit_study
+from automl.report.html import render_report_html
+from automl.search.spec import StudySpec
+from automl.service.read import study_page
+from automl.service.studies import get_study, request_stop
+from automl.service.submissions import submit_study
+from automl.storage.workers import live_targets
 
 router = APIRouter(prefix="/studies", tags=["studies"])
 _NOT_FOUND = {404: {"model": ErrorOut, "description": "No such study."}}
@@ -60,28 +61,29 @@ def submit(
     )  # fmt: skip
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/studies/{name}"
-    return StudyOut.of(get_study(name, storage), settings)
+    return StudyOut.of(get_study(name, storage), settings, _serving(storage, settings))
 
 
 @router.get("")
 def list_studies(storage: StorageDep, page: PageDep, settings: SettingsDep) -> StudyPage:
     """The studies, oldest first."""
     total, infos = study_page(storage, offset=page.offset, limit=page.limit)
-    items = [StudyOut.of(info, settings) for info in infos]
+    serving = _serving(storage, settings)
+    items = [StudyOut.of(info, settings, serving) for info in infos]
     return StudyPage(items=items, total=total, offset=page.offset, limit=page.limit)
 
 
 @router.get("/{name}", responses=_NOT_FOUND)
 def read_study(name: StudyName, storage: StorageDep, settings: SettingsDep) -> StudyOut:
     """Spec, state, trial counts per state, ETA, failures, and why a queued study waits."""
-    return StudyOut.of(get_study(name, storage), settings)
+    return StudyOut.of(get_study(name, storage), settings, _serving(storage, settings))
 
 
 @router.post("/{name}/stop", status_code=202, responses=_NOT_FOUND)
 def stop_study(name: StudyName, storage: StorageDep, settings: SettingsDep) -> StudyOut:
     """Ask the workers to stop the study after their running trials."""
     request_stop(name, storage)
-    return StudyOut.of(get_study(name, storage), settings)
+    return StudyOut.of(get_study(name, storage), settings, _serving(storage, settings))
 
 
 @router.get(
@@ -115,3 +117,8 @@ async def report(name: StudyName, storage: StorageDep) -> HTMLResponse:
     """The study's self-contained HTML report; its model links point at this API."""
     html = await run_in_threadpool(render_report_html, name, storage, API_MODEL_HREF)
     return HTMLResponse(html)
+
+
+def _serving(storage: StorageDep, settings: SettingsDep) -> frozenset[str]:
+    """The targets that live workers of this storage serve."""
+    return live_targets(storage, settings.heartbeat_interval_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.schemas import TargetOut
-from automl.queries import target_present
+from automl.service.read import target_present
 from automl.targets import list_targets
 
 router = APIRouter(prefix="/targets", tags=["targets"])

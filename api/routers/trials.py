@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response, StreamingResponse
@@ -16,7 +16,8 @@ from api.deps import (
     TrialNumber,
 )
 from api.schemas import ErrorOut, TrialDetail, TrialOut, TrialPage
-from automl.queries import open_model, trial_detail
+from automl.records import TrialStateName
+from automl.service.read import open_model, trial_detail
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -26,7 +27,7 @@ router = APIRouter(prefix="/studies/{name}/trials", tags=["trials"])
 _NOT_FOUND = {404: {"model": ErrorOut, "description": "No such study or trial."}}
 _ONNX = {"schema": {"type": "string", "format": "binary"}}
 StateFilter = Annotated[
-    Literal["COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED"] | None,
+    TrialStateName | None,
     Query(description="Only trials in this state."),
 ]
 

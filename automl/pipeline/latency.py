@@ -26,11 +26,12 @@ import onnxruntime as ort
 from automl.errors import SpecError, TargetUnavailable
 from automl.pipeline._ort import input_name, open_session
 from automl.pipeline.latency_decision import quantile_interval
+from automl.pipeline.placement import check_placement, node_placements
 from automl.pipeline.torch_cuda_latency import cuda_available, cuda_runner
-from automl.targets import detect_gpu_names, require_present
+from automl.targets import detect_gpu_names, matching_gpus, require_present
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
     import torch
@@ -162,17 +163,21 @@ def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
     )
 
 
-def env_fingerprint(provider: str, threads: int, target: Target) -> dict[str, Any]:
+def env_fingerprint(
+    provider: str, threads: int, target: Target, placement: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """Describe where a measurement ran.
 
     Args:
         provider: The execution provider (or ``"torch.cuda"``) that ran the model.
         threads: Intra-op threads used.
         target: The target measured.
+        placement: Nodes per execution provider of the timed session, when ONNX Runtime ran it
+            (see :func:`automl.pipeline.placement.check_placement`).
 
     Returns:
         ORT version, provider, threads, CPU model, logical cores, GPU name (cuda targets),
-        Python version, platform and target name.
+        Python version, platform, target name and, when given, ``placement``.
     """
     env: dict[str, Any] = {
         "target": target.name,
@@ -185,8 +190,9 @@ def env_fingerprint(provider: str, threads: int, target: Target) -> dict[str, An
         "platform": platform.platform(),
     }
     if target.kind == "cuda":
-        needle = (target.device_match or "").lower()
-        env["gpu"] = next((g for g in detect_gpu_names() if needle in g.lower()), None)
+        env["gpu"] = next(iter(matching_gpus(target, detect_gpu_names())), None)
+    if placement is not None:
+        env["placement"] = dict(placement)
     return env
 
 
@@ -234,6 +240,8 @@ def measure_latency(
 
     Raises:
         TargetUnavailable: The hardware is absent, or no runtime here can use it.
+        TrialFailed: Compute nodes run on a provider other than the target's (see
+            :func:`automl.pipeline.placement.check_placement`).
         UnsupportedQuantization: Only the torch path is available, and it cannot run ``bits``.
         SpecError: ``batch_size``, ``inputs`` or the run limits are unusable.
     """
@@ -248,9 +256,10 @@ def measure_latency(
     provider = session.get_providers()[0]
     wanted = target.execution_providers[0]
     if provider == wanted:
+        placement = check_placement(node_placements(session), wanted)
         run_once = _ort_runner(session, _batch(inputs, batch_size, _input_dtype(session)))
         source = "onnxruntime"
-        env = env_fingerprint(provider, target.intra_op_threads, target)
+        env = env_fingerprint(provider, target.intra_op_threads, target, placement)
     elif target.kind == "cuda" and torch_model is not None and cuda_available():
         run_once, threads, torch_env = cuda_runner(torch_model, _batch(inputs, batch_size), bits)
         provider, source = "torch.cuda", "torch-cuda"
@@ -294,6 +303,7 @@ def ort_run_timer(
 
     Raises:
         TargetUnavailable: The hardware is absent, or ONNX Runtime here cannot use it.
+        TrialFailed: Compute nodes run on a provider other than the target's.
         SpecError: ``batch_size`` or ``inputs`` are unusable.
     """
     require_present(target)
@@ -306,9 +316,10 @@ def ort_run_timer(
             f"target {target.name!r} needs ONNX Runtime's {target.execution_providers[0]}, "
             f"but this ONNX Runtime runs the model on {provider}"
         )
+    placement = check_placement(node_placements(session), provider)
     run_once = _ort_runner(session, _batch(inputs, batch_size, _input_dtype(session)))
     _warm_up(run_once, warmup_runs)
-    return run_once, env_fingerprint(provider, target.intra_op_threads, target)
+    return run_once, env_fingerprint(provider, target.intra_op_threads, target, placement)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,9 @@
-"""Quantize stage: an fp32 ONNX model in, a 32/16/8/4-bit ONNX model out.
+"""Quantize stage: an fp32 ONNX model in, the same model made by a named method out.
 
-| bits | method               | what changes                                                      |
-|------|----------------------|-------------------------------------------------------------------|
-| 32   | ``fp32``             | nothing: the file is copied                                       |
-| 16   | ``fp16``             | weights and compute in float16; inputs and outputs stay float32   |
-| 8    | ``int8-static-qdq``  | QDQ, per-channel int8 weights, uint8 activations from calibration |
-| 8    | ``int8-dynamic``     | int8 weights, activations quantized at run time                   |
-| 4    | ``int4-matmulnbits`` | weight-only ``MatMulNBits`` on MatMul/Gemm; Conv stays fp32       |
+The methods (``fp32``, ``fp16``, ``int8-static``, ``int8-dynamic``, ``int4-weight``,
+``int8-trt``) are the rows of :mod:`automl.pipeline.methods`; each names its converter here.
+:func:`quantize_method` takes a method's name; :func:`quantize` keeps the old form, a bit-width
+and an ``int8_mode``.
 
 Inputs and outputs of every result are float32, so callers feed the same arrays to all of them.
 Failures inside the ONNX Runtime tools become :class:`UnsupportedQuantization` (cause chained),
@@ -29,16 +26,15 @@ import onnx
 from onnx import helper, numpy_helper
 
 from automl.errors import SpecError, UnsupportedQuantization
+from automl.pipeline.methods import BITS, METHODS, get_method, method_for
+from automl.pipeline.methods import INT8_MODES as INT8_MODES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
-SUPPORTED_BITS = (32, 16, 8, 4)
-# Static int8 weights use 7 bits (``reduce_range``): U8S8 products saturate on CPUs without VNNI
-# (AVX2, AVX-512), which cost a small CNN 8 points of accuracy on an AVX2 host. Part of the
-# stage cache key, so graphs made another way are not reused.
-STATIC_INT8_RECIPE = "qdq-u8s8-per-channel-reduce-range"
-INT8_MODES = ("static", "dynamic")
+SUPPORTED_BITS = BITS
+# Part of the stage cache key, so graphs made another way are not reused.
+STATIC_INT8_RECIPE = METHODS["int8-static"].cache_tag
 
 # MatMulNBits blocks are powers of two of at least 16; a weight needs K >= 16 to fill one.
 _MIN_NBITS_K = 16
@@ -51,9 +47,8 @@ class QuantizedModel:
 
     Attributes:
         path: The ONNX file written.
-        bits: The requested bit-width (32, 16, 8 or 4).
-        method: How it was made: ``fp32``, ``fp16``, ``int8-static-qdq``, ``int8-dynamic``
-            or ``int4-matmulnbits``.
+        bits: The method's bit-width (32, 16, 8 or 4).
+        method: The name of the method that made it (see :mod:`automl.pipeline.methods`).
         size_bytes: Size of the file on disk.
     """
 
@@ -89,17 +84,42 @@ def quantize(
         UnsupportedQuantization: ``bits`` is not supported, 4-bit finds no eligible MatMul/Gemm
             weight, or an ONNX Runtime tool failed on this graph.
     """
-    src, dst = Path(model_path), Path(out_path)
-    if bits not in SUPPORTED_BITS:
-        raise UnsupportedQuantization(
-            f"bits={bits} is not supported; choose one of {SUPPORTED_BITS}"
-        )
-    if bits == 8 and int8_mode not in INT8_MODES:
-        raise SpecError(f"int8_mode={int8_mode!r} is unknown; choose one of {INT8_MODES}")
-    if bits == 8 and int8_mode == "static" and calibration is None:
+    return quantize_method(
+        model_path, out_path, method_for(bits, int8_mode).name, calibration=calibration
+    )
+
+
+def quantize_method(
+    model_path: Path | str,
+    out_path: Path | str,
+    method: str,
+    *,
+    calibration: np.ndarray | None = None,
+) -> QuantizedModel:
+    """Write ``model_path`` quantized by the named method at ``out_path``.
+
+    Args:
+        model_path: A self-contained fp32 ONNX model (no external data) with one input.
+        out_path: Where to write the result; parent folders are created.
+        method: A method's name, e.g. ``"int8-static"`` (see :mod:`automl.pipeline.methods`).
+        calibration: Float32 samples shaped ``(N, *input_shape)``; required by the methods
+            that need calibration.
+
+    Returns:
+        The written model's path, bit-width, method and size.
+
+    Raises:
+        SpecError: The method is unknown, needs calibration data and has none, or
+            ``calibration`` is empty or not batched.
+        UnsupportedQuantization: 4-bit finds no eligible MatMul/Gemm weight, or an ONNX Runtime
+            tool failed on this graph.
+    """
+    src, dst, chosen = Path(model_path), Path(out_path), get_method(method)
+    if chosen.needs_calibration and calibration is None:
+        alternative = ", or use int8_mode='dynamic'" if chosen.name == "int8-static" else ""
         raise SpecError(
-            "8-bit static quantization needs calibration data: pass calibration=<float32 array "
-            "(N, *input_shape)>, or use int8_mode='dynamic'"
+            f"method {chosen.name!r} needs calibration data: pass calibration=<float32 array "
+            f"(N, *input_shape)>{alternative}"
         )
     if calibration is not None:
         calibration = np.asarray(calibration, dtype=np.float32)
@@ -108,26 +128,12 @@ def quantize(
                 f"calibration must be a non-empty (N, *input_shape) array, not {calibration.shape}"
             )
     dst.parent.mkdir(parents=True, exist_ok=True)
-
-    if bits == 32:
-        shutil.copyfile(src, dst)
-        method = "fp32"
-    elif bits == 16:
-        _to_fp16(src, dst)
-        method = "fp16"
-    elif bits == 8 and int8_mode == "static":
-        _to_int8_static(src, dst, calibration)
-        method = "int8-static-qdq"
-    elif bits == 8:
-        _to_int8_dynamic(src, dst)
-        method = "int8-dynamic"
-    else:
-        _to_int4(src, dst)
-        method = "int4-matmulnbits"
-
+    _CONVERTERS[chosen.converter](src, dst, calibration)
     with _tool_failure("onnx.checker on the quantized model"):
         onnx.checker.check_model(str(dst))
-    return QuantizedModel(path=dst, bits=bits, method=method, size_bytes=dst.stat().st_size)
+    return QuantizedModel(
+        path=dst, bits=chosen.bits, method=chosen.name, size_bytes=dst.stat().st_size
+    )
 
 
 @contextmanager
@@ -168,6 +174,32 @@ def _input_name(model: onnx.ModelProto) -> str:
 
 
 def _to_int8_static(src: Path, dst: Path, calibration: np.ndarray) -> None:
+    # U8S8, the CPU EP's fast path; 7-bit weights, see the int8-static row of the methods table.
+    _to_qdq(src, dst, calibration, activations="QUInt8", reduce_range=True)
+
+
+def _to_int8_trt(src: Path, dst: Path, calibration: np.ndarray) -> None:
+    # TensorRT's explicit quantization: signed, symmetric int8 (zero points 0), per-channel
+    # weights; biases stay float, as TensorRT has no int32 dequantization to fold them from.
+    _to_qdq(
+        src,
+        dst,
+        calibration,
+        activations="QInt8",
+        extra={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+    )
+
+
+def _to_qdq(
+    src: Path,
+    dst: Path,
+    calibration: np.ndarray,
+    *,
+    activations: str,
+    reduce_range: bool = False,
+    extra: dict[str, bool] | None = None,
+) -> None:
+    """Static QDQ quantization with per-channel int8 weights, calibrated on ``calibration``."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,9 +212,10 @@ def _to_int8_static(src: Path, dst: Path, calibration: np.ndarray) -> None:
                 reader,
                 quant_format=QuantFormat.QDQ,
                 per_channel=True,
-                reduce_range=True,  # see STATIC_INT8_RECIPE
+                reduce_range=reduce_range,
                 weight_type=QuantType.QInt8,
-                activation_type=QuantType.QUInt8,  # U8S8: the CPU EP's fast path
+                activation_type=getattr(QuantType, activations),
+                extra_options=extra or {},
             )
 
 
@@ -293,3 +326,14 @@ def _gemm_to_matmul(model: onnx.ModelProto) -> onnx.ModelProto:
     model.graph.ClearField("node")
     model.graph.node.extend(nodes)
     return model
+
+
+# The converters that the methods table names, each as (src, dst, calibration) -> None.
+_CONVERTERS: dict[str, Callable[[Path, Path, np.ndarray | None], None]] = {
+    "copy_fp32": lambda src, dst, _: shutil.copyfile(src, dst),
+    "to_fp16": lambda src, dst, _: _to_fp16(src, dst),
+    "to_int8_static": _to_int8_static,
+    "to_int8_dynamic": lambda src, dst, _: _to_int8_dynamic(src, dst),
+    "to_int4": lambda src, dst, _: _to_int4(src, dst),
+    "to_int8_trt": _to_int8_trt,
+}

@@ -6,9 +6,11 @@ from automl.targets._registry import (
     Peaks,
     Target,
     detect_gpu_names,
+    device_refusal,
     is_present,
     list_targets,
     load_target,
+    matching_gpus,
     require_present,
 )
 
@@ -16,8 +18,10 @@ __all__ = [
     "Peaks",
     "Target",
     "detect_gpu_names",
+    "device_refusal",
     "is_present",
     "list_targets",
     "load_target",
+    "matching_gpus",
     "require_present",
 ]

@@ -3,11 +3,18 @@
 Each ``*.yaml`` file next to this module describes one target. Its ``name`` equals the
 file stem and is stable: it appears in study names and cache keys. This module imports
 neither torch nor onnxruntime; GPUs are detected with ``nvidia-smi``.
+
+A CUDA target lists the exact ``nvidia-smi --query-gpu=name`` models it measures
+(``device_names``), compared without regard to case or repeated spaces, never as substrings:
+"A100" must not take an "RTX A1000", nor "H200" a "GH200 480GB". A MIG slice is refused even
+when its parent is a listed model: it has a fraction of the GPU's SMs and memory bandwidth, so
+its latencies are not the target's.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -19,12 +26,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from automl.errors import SpecError, TargetUnavailable
+from automl.pipeline.methods import BITS, METHODS, methods_for_bits
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 _NVIDIA_SMI_TIMEOUT_S = 10.0
 _STORAGE_HINT = "postgresql://USER@HOST/DB"
+# A MIG slice as CUDA names it ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") or as detect_gpu_names does.
+_MIG = re.compile(r"(?:^|\s)MIG(?:\s|$)", re.IGNORECASE)
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"]
 
@@ -45,9 +55,10 @@ class _TargetModel(BaseModel):
     kind: Literal["cpu", "cuda"]
     description: str
     execution_providers: list[str] = Field(min_length=1)
-    precisions: list[Literal[32, 16, 8, 4]] = Field(min_length=1)
+    methods: list[str] | None = Field(default=None, min_length=1)
+    precisions: list[Literal[32, 16, 8, 4]] | None = Field(default=None, min_length=1)
     intra_op_threads: int = Field(ge=0)
-    device_match: str | None
+    device_names: list[str] | None = None
     peaks: _PeaksModel
 
 
@@ -78,9 +89,13 @@ class Target:
         kind: ``"cpu"`` or ``"cuda"``.
         description: One line for people.
         execution_providers: ONNX Runtime execution providers, in order of preference.
-        precisions: Bit-widths the target can run, from {32, 16, 8, 4}.
+        precisions: Bit-widths the target can run, from {32, 16, 8, 4}: those of ``methods``.
+        methods: Names of the quantization methods the target runs (rows of
+            :mod:`automl.pipeline.methods`). A YAML that lists only ``precisions`` gets the
+            methods of the old form for them (8 bits: ``int8-static`` and ``int8-dynamic``).
         intra_op_threads: ONNX Runtime intra-op thread count pinned while measuring.
-        device_match: Case-insensitive substring of the CUDA device name; ``None`` for cpu.
+        device_names: The exact ``nvidia-smi`` GPU names this target measures (see
+            :func:`device_refusal`); empty for cpu.
         peaks: Datasheet peaks.
     """
 
@@ -89,21 +104,59 @@ class Target:
     description: str
     execution_providers: tuple[str, ...]
     precisions: tuple[int, ...]
+    methods: tuple[str, ...]
     intra_op_threads: int
-    device_match: str | None
+    device_names: tuple[str, ...]
     peaks: Peaks
+
+
+def _methods(model: _TargetModel) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The target's methods and the bit-widths they give, checked against the table."""
+    if model.methods is None and model.precisions is None:
+        raise SpecError(f"target {model.name}: list its methods (or its precisions)")
+    methods = tuple(model.methods or methods_for_bits(model.precisions or ()))
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or len(set(methods)) != len(methods):
+        raise SpecError(
+            f"target {model.name}: methods {list(methods)} must be distinct names among "
+            f"{', '.join(METHODS)}; unknown: {unknown}"
+        )
+    bits = tuple(b for b in BITS if any(METHODS[m].bits == b for m in methods))
+    if model.precisions is not None and set(model.precisions) != set(bits):
+        raise SpecError(
+            f"target {model.name}: precisions {model.precisions} differ from the bits of its "
+            f"methods {list(bits)}; list only the methods"
+        )
+    return methods, bits
+
+
+def _parse_target(data: object, stem: str) -> Target:
+    """A target from a YAML file's data, validated; ``stem`` is the file's name."""
+    try:
+        model = _TargetModel.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(f"target file {stem}.yaml is invalid: {e}") from e
+    if model.name != stem:
+        raise SpecError(f"target file {stem}.yaml declares name {model.name!r}")
+    if (model.kind == "cuda") != bool(model.device_names):
+        raise SpecError(f"target {stem}: device_names is required exactly for kind cuda")
+    if any(_is_mig(n) for n in model.device_names or ()):
+        raise SpecError(f"target {stem}: device_names lists a MIG slice; list whole GPUs")
+    return _to_target(model)
 
 
 def _to_target(model: _TargetModel) -> Target:
     p = model.peaks
+    methods, precisions = _methods(model)
     return Target(
         name=model.name,
         kind=model.kind,
         description=model.description,
         execution_providers=tuple(model.execution_providers),
-        precisions=tuple(model.precisions),
+        precisions=precisions,
+        methods=methods,
         intra_op_threads=model.intra_op_threads,
-        device_match=model.device_match,
+        device_names=tuple(model.device_names or ()),
         peaks=Peaks(
             flops=MappingProxyType(dict(p.flops or {})),
             memory_bandwidth_gbs=p.memory_bandwidth_gbs,
@@ -121,14 +174,10 @@ def _all_targets() -> MappingProxyType[str, Target]:
             continue
         stem = entry.name.removesuffix(".yaml")
         try:
-            model = _TargetModel.model_validate(yaml.safe_load(entry.read_text("utf-8")))
-        except (ValidationError, yaml.YAMLError) as e:
+            data = yaml.safe_load(entry.read_text("utf-8"))
+        except yaml.YAMLError as e:
             raise SpecError(f"target file {entry.name} is invalid: {e}") from e
-        if model.name != stem:
-            raise SpecError(f"target file {entry.name} declares name {model.name!r}")
-        if (model.kind == "cuda") != (model.device_match is not None):
-            raise SpecError(f"target {stem}: device_match is required exactly for kind cuda")
-        found[stem] = _to_target(model)
+        found[stem] = _parse_target(data, stem)
     return MappingProxyType(dict(sorted(found.items())))
 
 
@@ -159,23 +208,79 @@ def load_target(name: str) -> Target:
 def detect_gpu_names() -> list[str]:
     """Names of the NVIDIA GPUs on this machine, as ``nvidia-smi`` reports them.
 
+    A GPU in MIG mode is reported as its name followed by ``" MIG"`` (CUDA names its slices
+    ``"<name> MIG <profile>"``), so that :func:`device_refusal` can refuse it.
+
     Returns:
         One name per GPU, or an empty list when ``nvidia-smi`` is missing or fails.
     """
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=_NVIDIA_SMI_TIMEOUT_S,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    # mig.mode.current is "[N/A]" on GPUs without MIG; drivers that lack the field fail the
+    # first query, and the second still names the GPUs.
+    for fields in ("name,mig.mode.current", "name"):
+        try:
+            out = subprocess.run(
+                [exe, f"--query-gpu={fields}", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=_NVIDIA_SMI_TIMEOUT_S,
+                check=True,
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return _parse_gpu_query(out)
+    return []
+
+
+def _parse_gpu_query(csv_text: str) -> list[str]:
+    """GPU names from ``nvidia-smi --query-gpu=name[,mig.mode.current]`` CSV lines."""
+    names = []
+    for line in csv_text.splitlines():
+        name, _, mig_mode = line.partition(",")
+        if name.strip():
+            mig = mig_mode.strip().lower() == "enabled"
+            names.append(f"{name.strip()} MIG" if mig else name.strip())
+    return names
+
+
+def _is_mig(gpu_name: str) -> bool:
+    return _MIG.search(gpu_name) is not None
+
+
+def _canonical(gpu_name: str) -> str:
+    return " ".join(gpu_name.split()).casefold()
+
+
+def device_refusal(target: Target, gpu_name: str) -> str | None:
+    """Why a GPU cannot measure ``target``; ``None`` when it can. Pure: names only.
+
+    Args:
+        target: A CUDA target.
+        gpu_name: A GPU's name as ``nvidia-smi --query-gpu=name`` (or CUDA) reports it.
+
+    Returns:
+        ``None`` when the name equals one of the target's ``device_names`` (case and repeated
+        spaces aside) and is not a MIG slice; otherwise the reason, for people.
+    """
+    accepted = {_canonical(n) for n in target.device_names}
+    base = _MIG.split(gpu_name, maxsplit=1)[0]
+    if _canonical(base) not in accepted:
+        wanted = " or ".join(repr(n) for n in target.device_names) or "no GPU (a cpu target)"
+        return f"{gpu_name!r} is not {wanted}"
+    if _is_mig(gpu_name):
+        return (
+            f"{gpu_name!r} is a MIG slice, refused: it has a fraction of the GPU's compute and "
+            "memory bandwidth, so its latencies are not the target's; measure on a whole GPU "
+            "(MIG mode off)"
+        )
+    return None
+
+
+def matching_gpus(target: Target, gpu_names: Sequence[str]) -> list[str]:
+    """The names among ``gpu_names`` that can measure ``target`` (see :func:`device_refusal`)."""
+    return [g for g in gpu_names if device_refusal(target, g) is None]
 
 
 def is_present(target: Target, detected: Sequence[str] | None = None) -> bool:
@@ -186,14 +291,13 @@ def is_present(target: Target, detected: Sequence[str] | None = None) -> bool:
         detected: GPU names to match against; ``None`` runs :func:`detect_gpu_names`.
 
     Returns:
-        ``True`` for cpu; for cuda, whether a GPU name contains ``device_match``
-        (case-insensitive).
+        ``True`` for cpu; for cuda, whether a GPU is one of the target's ``device_names``
+        and not a MIG slice (see :func:`device_refusal`).
     """
     if target.kind == "cpu":
         return True
     gpus = detect_gpu_names() if detected is None else detected
-    needle = (target.device_match or "").lower()
-    return any(needle in gpu.lower() for gpu in gpus)
+    return bool(matching_gpus(target, gpus))
 
 
 def require_present(target: Target) -> None:
@@ -204,15 +308,20 @@ def require_present(target: Target) -> None:
 
     Raises:
         TargetUnavailable: The hardware is absent. The message names what is missing,
-            what was detected, and how to run a worker on the right hardware.
+            what was detected and why each GPU was refused, and how to run a worker on the
+            right hardware.
     """
     gpus = [] if target.kind == "cpu" else detect_gpu_names()
     if is_present(target, gpus):
         return
-    seen = ", ".join(repr(g) for g in gpus) if gpus else "no NVIDIA GPU (nvidia-smi found none)"
+    if gpus:
+        seen = "; ".join(device_refusal(target, g) or repr(g) for g in gpus)
+    else:
+        seen = "no NVIDIA GPU (nvidia-smi found none)"
+    wanted = " or ".join(repr(n) for n in target.device_names)
     raise TargetUnavailable(
-        f"target {target.name!r} needs an NVIDIA GPU whose name contains "
-        f"{target.device_match!r} ({target.description}), but this machine has: {seen}. "
+        f"target {target.name!r} needs a whole NVIDIA GPU named {wanted} "
+        f"({target.description}), but this machine has: {seen}. "
         "Latency is always measured on the target hardware and is never estimated as a "
         "fallback. Run a worker on a machine with that GPU, sharing the study storage: "
         f"automl worker --target {target.name} --storage {_STORAGE_HINT}"

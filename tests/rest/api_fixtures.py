@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 from api import create_app
 from automl.settings import Settings
-from automl.storage import open_storage
+from automl.storage.factory import open_storage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 
-from automl.spec import METRICS
+from automl.search.spec import METRICS
 
 pytest_plugins = ["api_fixtures"]
 

@@ -1,4 +1,4 @@
-"""`automl.serve.serve` in a real process: submit over HTTP, a local worker runs it."""
+"""`api.serve.serve` in a real process: submit over HTTP, a local worker runs it."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _start_serve(api_storage_url: str, tmp_path, port: int, api_token: str) -> s
         "AUTOML_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
         "AUTOML_DATA_ROOT": str(tmp_path / "data"),
     }
-    code = f"from automl.serve import serve; serve('127.0.0.1', {port}, 1, {api_storage_url!r})"
+    code = f"from api.serve import serve; serve('127.0.0.1', {port}, 1, {api_storage_url!r})"
     log = (tmp_path / "serve.log").open("w")
     return subprocess.Popen(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,

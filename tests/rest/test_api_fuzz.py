@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from automl.spec import parse_spec
-from automl.studies import create_study
+from automl.search.spec import parse_spec
+from automl.service.studies import create_study
 
 pytest_plugins = ["api_fixtures"]
 

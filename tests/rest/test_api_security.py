@@ -12,9 +12,9 @@ from optuna.storages import InMemoryStorage
 
 from api import create_app
 from api.security import DEV_TOKEN
+from api.serve import serve
 from automl.errors import SpecError
-from automl.serve import serve
-from automl.storage import open_storage
+from automl.storage.factory import open_storage
 
 pytest_plugins = ["api_fixtures"]
 
@@ -135,7 +135,7 @@ def test_no_token_needs_dev_mode_and_dev_mode_needs_loopback(api_settings, run_a
 
 def test_importing_the_api_does_not_import_torch():
     code = (
-        "import sys, api, automl.serve\n"
+        "import sys, api, api.serve\n"
         "from api.main import create_app\n"
         "from automl.settings import Settings\n"
         "app = create_app(Settings(_env_file=None, dev_mode=True, storage='sqlite://',"

@@ -4,7 +4,8 @@ import numpy as np
 import optuna
 import pytest
 
-from automl.studies import SPEC_ATTR, STOP_ATTR
+from automl.service.studies import SPEC_ATTR, STOP_ATTR
+from automl.storage.workers import WorkerBeacon
 
 pytest_plugins = ["api_fixtures"]
 
@@ -19,7 +20,7 @@ def test_submit_returns_201_and_the_study_resource(submit_spec, api_client, uniq
     assert body["state"] == "queued"
     assert body["spec"]["search_space"] == "digits-mlp"
     assert body["counts"]["COMPLETE"] == 0
-    assert body["waiting_reason"] == "waiting for a free worker with target 'cpu'"
+    assert body["waiting_reason"].startswith("no live worker serves target 'cpu'")
     assert api_client.get(f"/v1/studies/{name}").json() == body
 
 
@@ -60,8 +61,21 @@ def test_list_is_paginated(submit_spec, api_client):
 def test_absent_target_stays_queued_and_says_why(submit_spec):
     body = submit_spec(target="a100").json()
     assert body["state"] == "queued"
-    assert "'a100' is not present on this machine" in body["waiting_reason"]
+    assert "no live worker serves target 'a100'" in body["waiting_reason"]
     assert "automl worker --target a100" in body["waiting_reason"]
+
+
+def test_why_a_study_waits_comes_from_the_live_workers_not_the_api_host(
+    submit_spec, api_client, api_server
+):
+    """An A100 worker polling the storage: the API on this CPU host says the study waits for it."""
+    name = submit_spec(target="a100").json()["name"]
+    interval = api_server.settings.heartbeat_interval_s
+    with WorkerBeacon(api_server.storage, {"a100"}, interval):
+        body = api_client.get(f"/v1/studies/{name}").json()
+        assert body["waiting_reason"] == "waiting for a free worker with target 'a100'"
+    body = api_client.get(f"/v1/studies/{name}").json()  # the worker has gone
+    assert body["waiting_reason"].startswith("no live worker serves target 'a100'")
 
 
 def test_stop_marks_the_study_stopped(submit_spec, api_client, api_server):

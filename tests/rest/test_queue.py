@@ -8,12 +8,13 @@ import optuna
 import pytest
 from conftest import PgProxy, pg_schema
 
-from automl.queue import Reaper, runnable_studies, work
-from automl.space import SEARCH_SPACES_DIR
-from automl.spec import parse_spec
-from automl.storage import cached, open_artifact_store, open_storage
-from automl.studies import create_study, request_stop
-from automl.worker import GracefulStop
+from automl.fleet.scheduler import runnable_studies, work
+from automl.fleet.study_loop import GracefulStop
+from automl.search.space import SEARCH_SPACES_DIR
+from automl.search.spec import parse_spec
+from automl.service.studies import create_study, request_stop
+from automl.storage.factory import cached, open_artifact_store, open_storage
+from automl.storage.reaper import Reaper
 
 pytest_plugins = ["api_fixtures"]
 

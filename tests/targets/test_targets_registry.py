@@ -9,11 +9,14 @@ from automl.errors import SpecError, TargetUnavailable
 from automl.targets import (
     Target,
     detect_gpu_names,
+    device_refusal,
     is_present,
     list_targets,
     load_target,
+    matching_gpus,
     require_present,
 )
+from automl.targets._registry import _parse_gpu_query, _parse_target
 
 NAMES = ["a100", "cpu", "h100", "h200", "rtx4090"]
 
@@ -37,7 +40,7 @@ def test_list_targets_is_sorted_by_name() -> None:
 def test_gpu_targets_have_datasheet_peaks() -> None:
     for target in list_targets():
         if target.kind == "cuda":
-            assert target.device_match
+            assert target.device_names
             assert target.execution_providers[0] == "CUDAExecutionProvider"
             assert target.peaks.flops["fp16"] > target.peaks.flops["fp32"] > 1e12
             assert target.peaks.memory_bandwidth_gbs > 500
@@ -49,7 +52,7 @@ def test_cpu_target_is_measured_host() -> None:
 
     assert cpu.kind == "cpu"
     assert cpu.execution_providers == ("CPUExecutionProvider",)
-    assert cpu.device_match is None
+    assert cpu.device_names == ()
     assert dict(cpu.peaks.flops) == {}
     assert cpu.peaks.source == "not applicable: measured host"
 
@@ -67,6 +70,75 @@ def test_unknown_target_lists_known_names() -> None:
         assert name in str(excinfo.value)
 
 
+CPU_METHODS = ("fp32", "fp16", "int8-static", "int8-dynamic", "int4-weight")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_precisions_are_the_bits_of_the_methods(name: str) -> None:
+    target = load_target(name)
+
+    assert target.methods == CPU_METHODS  # cpu lists them; the GPU YAMLs still list precisions
+    assert target.precisions == (32, 16, 8, 4)
+
+
+def _yaml(**changes: object) -> dict:
+    """The cpu target's YAML data with ``changes`` (``None`` removes a key)."""
+    data = {
+        "name": "cpu",
+        "kind": "cpu",
+        "description": "test",
+        "execution_providers": ["CPUExecutionProvider"],
+        "methods": ["fp32", "int8-static"],
+        "intra_op_threads": 1,
+        "peaks": {"flops": None, "memory_bandwidth_gbs": None, "memory_gb": None, "source": "x"},
+    }
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("changes", "methods", "precisions"),
+    [
+        ({}, ("fp32", "int8-static"), (32, 8)),
+        ({"methods": ["int8-trt", "fp16"]}, ("int8-trt", "fp16"), (16, 8)),
+        (
+            {"methods": None, "precisions": [8, 32]},
+            ("fp32", "int8-static", "int8-dynamic"),
+            (32, 8),
+        ),
+        ({"precisions": [32, 8]}, ("fp32", "int8-static"), (32, 8)),
+    ],
+)
+def test_methods_and_precisions_load(changes: dict, methods: tuple, precisions: tuple) -> None:
+    target = _parse_target(_yaml(**changes), "cpu")
+
+    assert (target.methods, target.precisions) == (methods, precisions)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"methods": ["fp32", "int3"]}, r"unknown: \['int3'\]"),
+        ({"methods": ["fp32", "fp32"]}, "must be distinct names among fp32, fp16"),
+        ({"methods": []}, "at least 1 item"),
+        ({"methods": None}, "list its methods"),
+        ({"precisions": [32, 16]}, r"precisions \[32, 16\] differ from the bits of its methods"),
+        ({"precisions": [3]}, "precisions"),
+        ({"kind": "cuda"}, "device_names is required exactly for kind cuda"),
+        ({"device_names": ["NVIDIA H200"]}, "device_names is required exactly for kind cuda"),
+        (
+            {"kind": "cuda", "device_names": ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]},
+            "lists a MIG slice",
+        ),
+        ({"device_match": "A100"}, "Extra inputs are not permitted"),
+        ({"name": "other"}, "declares name 'other'"),
+    ],
+)
+def test_invalid_target_files_are_refused_at_load(changes: dict, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        _parse_target(_yaml(**changes), "cpu")
+
+
 def test_cpu_is_always_present() -> None:
     cpu = load_target("cpu")
 
@@ -77,20 +149,85 @@ def test_cpu_is_always_present() -> None:
 def test_gpu_presence_matches_device_name_case_insensitively() -> None:
     rtx = load_target("rtx4090")
 
-    assert is_present(rtx, ["NVIDIA GeForce rtx 4090"])
+    assert is_present(rtx, ["NVIDIA GeForce rtx  4090 "])
     assert not is_present(rtx, ["NVIDIA A100-SXM4-80GB"])
     assert not is_present(rtx, [])
 
 
+# Real `nvidia-smi --query-gpu=name` names (a MIG slice as CUDA names it), and the one target
+# each may measure, or None.
+GPU_NAMES = [
+    ("NVIDIA A100-SXM4-80GB", "a100"),
+    ("NVIDIA A100-SXM4-40GB", None),  # half the memory, 1555 GB/s: not the 80GB part's peaks
+    ("NVIDIA A100-PCIE-40GB", None),
+    ("NVIDIA A100 80GB PCIe", None),
+    ("NVIDIA H100 PCIe", None),
+    ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA GH200 480GB", None),  # contains "H200"
+    ("NVIDIA RTX A1000", None),  # contains "A100" case-insensitively
+    ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ("NVIDIA GeForce RTX 4090 D", None),
+    ("NVIDIA A100-SXM4-80GB MIG 1g.10gb", None),  # a slice of a listed model
+    ("NVIDIA H100 80GB HBM3 MIG", None),  # as detect_gpu_names reports a GPU in MIG mode
+]
+GPU_TARGETS = ["a100", "h100", "h200", "rtx4090"]
+
+
+@pytest.mark.parametrize(("gpu", "expected"), GPU_NAMES)
+def test_each_gpu_name_matches_at_most_its_own_target(gpu: str, expected: str | None) -> None:
+    matched = [name for name in GPU_TARGETS if is_present(load_target(name), [gpu])]
+
+    assert matched == ([expected] if expected else [])
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA A100-SXM4-80GB MIG 1g.10gb", "NVIDIA A100-SXM4-80GB MIG"])
+def test_a_mig_slice_of_the_right_model_is_refused_with_the_reason(gpu: str) -> None:
+    reason = device_refusal(load_target("a100"), gpu)
+
+    assert reason is not None
+    assert "MIG slice, refused" in reason
+    assert "whole GPU" in reason
+
+
+def test_another_model_is_refused_naming_the_accepted_one() -> None:
+    reason = device_refusal(load_target("a100"), "NVIDIA RTX A1000")
+
+    assert reason == "'NVIDIA RTX A1000' is not 'NVIDIA A100-SXM4-80GB'"
+
+
+def test_matching_gpus_keeps_the_matching_names_in_order() -> None:
+    gpus = ["NVIDIA H200", "NVIDIA GH200 480GB", "nvidia h200", "NVIDIA H200 MIG 1g.18gb"]
+
+    assert matching_gpus(load_target("h200"), gpus) == ["NVIDIA H200", "nvidia h200"]
+
+
+def test_nvidia_smi_query_marks_gpus_in_mig_mode() -> None:
+    out = (
+        "NVIDIA A100-SXM4-80GB, Enabled\n"
+        "NVIDIA A100-SXM4-80GB, Disabled\n"
+        "NVIDIA GeForce RTX 4090, [N/A]\n"
+        "NVIDIA H200\n"
+        "\n"
+    )
+
+    assert _parse_gpu_query(out) == [
+        "NVIDIA A100-SXM4-80GB MIG",
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA GeForce RTX 4090",
+        "NVIDIA H200",
+    ]
+
+
 @pytest.mark.skipif(
-    any("a100" in g.lower() for g in detect_gpu_names()), reason="an A100 is present"
+    bool(matching_gpus(load_target("a100"), detect_gpu_names())), reason="an A100 is present"
 )
 def test_absent_gpu_raises_with_instructions() -> None:
     with pytest.raises(TargetUnavailable) as excinfo:
         require_present(load_target("a100"))
 
     message = str(excinfo.value)
-    assert "A100" in message
+    assert "'NVIDIA A100-SXM4-80GB'" in message
     assert "automl worker --target a100 --storage postgresql://" in message
     assert "never estimated" in message
 

@@ -1,0 +1,117 @@
+"""``automl serve``: the REST API under uvicorn plus K local worker processes.
+
+The web process never runs a trial. Its workers are separate processes that take runnable
+studies from the storage (see :mod:`automl.fleet.scheduler`), so a study submitted over HTTP runs here
+when this machine has its target, and waits for ``automl worker`` elsewhere otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from automl.errors import SpecError
+from automl.settings import get_settings
+
+if TYPE_CHECKING:
+    from automl.settings import Settings
+
+logger = logging.getLogger("api.serve")
+
+
+def serve_command(
+    storage: Annotated[
+        str | None, typer.Option("--storage", help="SQLAlchemy URL \\[env AUTOML_STORAGE].")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Local trial worker processes.", min=0)] = 1,
+) -> None:
+    """Serve the REST API (OpenAPI at /docs) with K local trial workers."""
+    serve(host=host, port=port, workers=workers, storage_url=storage)
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    storage_url: str | None = None,
+    *,
+    settings: Settings | None = None,
+) -> None:
+    """Serve the API and run ``workers`` local trial workers until interrupted.
+
+    Args:
+        host: Address to bind. Without a configured token only a loopback address is allowed,
+            and only in dev mode.
+        port: TCP port.
+        workers: Local worker processes (0 for an API-only node).
+        storage_url: SQLAlchemy URL of the study storage; defaults to ``settings.storage``.
+        settings: Defaults to :func:`automl.settings.get_settings` (the environment).
+
+    Raises:
+        SpecError: No API token is configured and the address is not loopback, or dev mode
+            is off; or the storage URL is malformed.
+    """
+    import uvicorn
+
+    from api import create_app
+    from api.security import configured_tokens
+    from automl.hosts import is_loopback
+    from automl.storage.factory import open_storage
+
+    settings = settings or get_settings()
+    if not configured_tokens(settings) and not is_loopback(host):
+        raise SpecError(
+            f"refusing to serve on {host!r} without an API token: set AUTOML_API_TOKENS "
+            "or AUTOML_API_TOKEN_FILE (dev mode is for 127.0.0.1 only)"
+        )
+    url = storage_url or settings.storage
+    app = create_app(settings, storage=open_storage(url, settings))
+    context = multiprocessing.get_context("spawn")
+    processes = [
+        context.Process(target=worker_process, args=(url, settings), name=f"automl-worker-{i}")
+        for i in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    # uvicorn re-raises the signal that stopped it; SIGTERM must still reach `finally`, and a
+    # requested stop exits 0, as `automl worker` does (systemd counts 143 as a failure).
+    signal.signal(signal.SIGTERM, _stopped)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info")
+    finally:
+        logger.warning("stopping %d worker(s) after their running trials", len(processes))
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join()
+
+
+def _stopped(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def worker_process(storage_url: str, settings: Settings) -> None:
+    """Entry point of one local worker process: run queued studies until SIGINT/SIGTERM.
+
+    Args:
+        storage_url: SQLAlchemy URL of the study storage.
+        settings: The server's settings (artifacts, cache, heartbeats).
+    """
+    from automl.fleet.scheduler import work
+    from automl.fleet.study_loop import GracefulStop
+    from automl.storage.factory import cached, open_artifact_store, open_storage
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("automl").setLevel(logging.INFO)
+    work(
+        cached(open_storage(storage_url, settings)),
+        artifact_store=open_artifact_store(settings),
+        settings=settings,
+        stop=GracefulStop().install(),
+    )

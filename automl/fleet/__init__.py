@@ -1,0 +1,1 @@
+"""Who runs trials: the scheduler of studies, the study loop, and local worker processes."""

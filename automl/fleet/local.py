@@ -1,0 +1,306 @@
+"""Running a study on this machine: K local worker processes and a live progress display."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import shlex
+import signal
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import optuna
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy.engine import make_url
+
+from automl.fleet.study_loop import GracefulStop, LoopResult, run_study_loop, storage_unreachable
+from automl.report.tables import front_table
+from automl.service.read import pareto_front
+from automl.service.studies import load, state_counts
+from automl.settings import get_settings
+from automl.storage.factory import open_artifact_store, open_storage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from multiprocessing.process import BaseProcess
+
+    from optuna.storages import BaseStorage
+    from rich.console import Console
+
+    from automl.search.spec import StudySpec
+
+_ENDINGS = {
+    "interrupted": "stopped by Ctrl-C after its running trial",
+    "signal": "stopped by SIGTERM after its running trial",
+    "stopped": "stopped by `automl study stop`",
+    "too-many-failures": "too many failed trials",
+}
+
+
+def run_here(
+    specs: list[StudySpec],
+    storage: BaseStorage,
+    *,
+    storage_url: str | None,
+    jobs: int,
+    console: Console,
+    after: Callable[[str, BaseStorage], None] | None = None,
+) -> int:
+    """Run the studies of ``specs`` here in turn, as ``automl study start`` does.
+
+    A stop by Ctrl-C or SIGTERM ends the run with the commands that resume its studies.
+
+    Args:
+        specs: The studies, already created.
+        storage: Their storage.
+        storage_url: The URL given on the command line, if any.
+        jobs: Worker processes in all (this one included).
+        console: Where progress, fronts and messages go.
+        after: Called with the name of each study that ran to its end.
+
+    Returns:
+        The exit code: 130 after Ctrl-C (one press or two), 1 when a study ended on too many
+        failures, else 0. Once Ctrl-C has ended the run, SIGINT is ignored: the process is on
+        its way out, and Python restores the default action (death by SIGINT) while it
+        finalizes.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
+    code = 0
+    for index, spec in enumerate(specs):
+        resume = [_resume_command(s.name, storage_url, jobs) for s in specs[index:]]
+        try:
+            ended = run_local(
+                spec.name, storage, storage_url=storage_url, jobs=jobs, console=console
+            )
+            if ended.reason in ("interrupted", "signal"):
+                if ended.reason == "interrupted":
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                for command in resume:
+                    console.print(f"Resume with: {command}", highlight=False)
+                return 130 if ended.reason == "interrupted" else 0
+            if ended.reason == "too-many-failures":
+                code = 1
+                console.print(
+                    f"`automl study show {spec.name}` lists the failures and their reasons; "
+                    f"once fixed, resume with: {resume[0]} --retry-failed",
+                    highlight=False,
+                )
+            elif after is not None:
+                after(spec.name, storage)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            console.print(
+                "aborted by Ctrl-C: a trial it interrupted is marked FAIL (interrupted); "
+                f"resume with: {'; '.join(resume)}",
+                highlight=False,
+            )
+            return 130
+    return code
+
+
+def _resume_command(name: str, storage_url: str | None, jobs: int) -> str:
+    """The command that resumes study ``name``; a storage password is shown as ***."""
+    command = f"automl study start --name {shlex.quote(name)}"
+    if storage_url is not None:
+        shown = make_url(storage_url).render_as_string(hide_password=True)
+        command += f" --storage {shlex.quote(shown)}"
+    return command + (f" --jobs {jobs}" if jobs > 1 else "")
+
+
+def run_local(
+    name: str, storage: BaseStorage, *, storage_url: str | None, jobs: int, console: Console
+) -> LoopResult:
+    """Run study ``name`` with ``jobs`` processes, then print how it ended and its front.
+
+    A first Ctrl-C (or SIGTERM) lets every process finish its running trial. A second Ctrl-C
+    aborts them all at once: Optuna marks their trials FAIL and the interrupt propagates.
+
+    Args:
+        name: The study, already created.
+        storage: Its storage.
+        storage_url: The URL, for the extra worker processes.
+        jobs: Worker processes in all (this one included).
+        console: Where progress and the final front go.
+
+    Returns:
+        What this process ran, and why it ended: ``interrupted`` once Ctrl-C was pressed.
+
+    Raises:
+        KeyboardInterrupt: A second Ctrl-C (:class:`automl.fleet.study_loop.Aborted`).
+    """
+    settings = get_settings()
+    study, spec = load(name, storage)
+    stop = GracefulStop().install()
+    helpers: list[BaseProcess] = []
+    try:
+        helpers = _start_helpers(name, storage_url or settings.storage, jobs, stop)
+        with _progress(console) as progress:
+            task = progress.add_task(name, total=spec.n_trials, status="starting")
+            with _refreshing(progress, task, _Status(study, spec.n_trials)):
+                result = run_study_loop(
+                    name, storage, artifact_store=open_artifact_store(settings),
+                    settings=settings, stop=stop,
+                )  # fmt: skip
+                for process in helpers:
+                    if stop.requested:  # a stop that came before they could be told
+                        process.terminate()
+                    process.join()
+    except KeyboardInterrupt:
+        _abort_helpers(helpers)
+        raise
+    finally:
+        stop.uninstall()
+    reason = "interrupted" if stop.interrupted else result.reason
+    console.print(f"Study {name} ended: {_ENDINGS.get(reason, reason)}.")
+    if state_counts(storage, study._study_id)[0]["COMPLETE"]:
+        console.print(front_table(pareto_front(name, storage), spec))
+    else:
+        console.print("no complete trial yet")
+    return LoopResult(ran=result.ran, reason=reason)
+
+
+def _start_helpers(name: str, url: str, jobs: int, stop: GracefulStop) -> list[BaseProcess]:
+    """Start ``jobs - 1`` helper processes that ignore Ctrl-C, and tell ``stop`` about them.
+
+    A terminal sends Ctrl-C to every process of its foreground group; this process passes each
+    press on (see :class:`GracefulStop`), so helpers must not count it a second time. They
+    inherit SIGINT ignored; it is blocked meanwhile, so that a press reaches this process later.
+    """
+    context = multiprocessing.get_context("spawn")
+    helpers = [
+        context.Process(target=_worker_process, args=(name, url, index), daemon=False)
+        for index in range(1, jobs)
+    ]
+    if not helpers:
+        return helpers
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for process in helpers:
+            process.start()
+        stop.helpers = [process.pid for process in helpers]
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return helpers
+
+
+def _abort_helpers(helpers: list[BaseProcess], grace_s: float = 60.0) -> None:
+    """End the helpers after a second Ctrl-C: abort their trials, kill one that hangs."""
+    for process in helpers:
+        if process.is_alive():  # the stop told them already, unless the interrupt came elsewhere
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGUSR1)
+    for process in helpers:
+        process.join(grace_s)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _worker_process(name: str, url: str, index: int) -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # ignored: the parent passes it on
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the parent's progress line tells
+    settings = get_settings()
+    try:
+        run_study_loop(
+            name,
+            open_storage(url, settings),
+            artifact_store=open_artifact_store(settings),
+            settings=settings,
+            stop=GracefulStop().install(sigint=False),
+            sampler_offset=index,
+        )
+    except KeyboardInterrupt:  # the parent was aborted: Optuna has marked the trial FAIL
+        return
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+    )
+
+
+@dataclass
+class _Status:
+    """The progress line: trial counts, read each second, and the front, read after a trial."""
+
+    study: optuna.Study
+    n_trials: int | None
+    counts: dict[str, int] = field(default_factory=dict)
+    front: str = ""
+    mean_s: float | None = None  # of a COMPLETE trial
+
+    def refresh(self) -> None:
+        """Count the trials; read the front and the mean duration again when one has ended."""
+        counts, _ = state_counts(self.study._storage, self.study._study_id)
+        ended = [counts[s] for s in ("COMPLETE", "FAIL", "PRUNED")]
+        if ended != [self.counts.get(s) for s in ("COMPLETE", "FAIL", "PRUNED")]:
+            self._read_front()
+        self.counts = counts
+
+    def text(self) -> str:
+        """The line's text, latency in ms per sample."""
+        c = self.counts
+        return f"running {c['RUNNING']}  failed {c['FAIL']}  eta {self._eta()}  {self.front}"
+
+    def _read_front(self) -> None:
+        trials = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials]
+        self.mean_s = sum(spans) / len(spans) if spans else None
+        front = self.study.best_trials
+        best = max(front, key=lambda t: t.user_attrs.get("accuracy", 0.0), default=None)
+        self.front = f"front {len(front)}"
+        if best is not None:
+            self.front += (
+                f"  best acc {best.user_attrs['accuracy']:.3f}"
+                f" @ {best.user_attrs['latency_per_sample_ms']:.4f} ms/sample"
+            )
+
+    def _eta(self) -> str:
+        if self.n_trials is None or self.mean_s is None:
+            return "-"
+        left = max(self.n_trials - self.counts["COMPLETE"], 0)
+        return str(timedelta(seconds=round(left * self.mean_s / max(self.counts["RUNNING"], 1))))
+
+
+@contextlib.contextmanager
+def _refreshing(
+    progress: Progress, task: int, status: _Status, every_s: float = 1.0
+) -> Iterator[None]:
+    """Refresh the progress line every ``every_s`` while the block runs, and once after it.
+
+    Polling shows a trial as running from its start, helpers' trials included; a trial-end
+    callback would count only this process's trials, and only once they ended.
+    """
+
+    def show() -> None:
+        status.refresh()
+        progress.update(task, completed=status.counts["COMPLETE"], status=status.text())
+
+    def poll() -> None:
+        while not done.wait(every_s):
+            try:
+                show()
+            except Exception as e:  # the loop retries an outage; the line waits for it
+                if not storage_unreachable(e):
+                    raise
+
+    done = threading.Event()
+    show()
+    thread = threading.Thread(target=poll, name="progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    show()

@@ -1,0 +1,324 @@
+"""The trial loop shared by `automl study start`, `automl serve --workers` and `automl worker`.
+
+Optuna's storage is the queue: a loop starts a trial only while fewer than ``n_trials`` are
+COMPLETE or RUNNING, so concurrent workers stop at exactly ``n_trials`` COMPLETE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import optuna
+from sqlalchemy.exc import SQLAlchemyError
+
+from automl.data import cached_dataset
+from automl.search.samplers import ScaledValuesSampler, make_sampler
+from automl.search.space import load_space
+from automl.search.spec import MAX_SEED
+from automl.search.variants import VariantSampler
+from automl.service.studies import (
+    STOP_ATTR,
+    check_fingerprint,
+    fail_cap,
+    forgiven_failures,
+    load,
+    out_of_time,
+    state_counts,
+)
+from automl.storage.factory import cached
+from automl.storage.reaper import reap_stale_trials
+from automl.trials.objective import StudyObjective
+from automl.trials.stage_cache import StageCache
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna.storages import BaseStorage
+
+    from automl.settings import Settings
+
+logger = logging.getLogger("automl.fleet.study_loop")
+WAITING_ON_OTHERS = "waiting-on-others"  # other workers hold the remaining trials
+
+
+class Aborted(KeyboardInterrupt):
+    """A second Ctrl-C: the running trial ends at once, and Optuna marks it FAIL.
+
+    A subclass, because CPython (``python -m``) ends the process by SIGINT, whatever exit code
+    it was given, once a plain ``KeyboardInterrupt`` has passed through ``exec()``, as it does
+    when it lands in the lazy import of torch (dataclasses build methods with ``exec``).
+    """
+
+
+class GracefulStop:
+    """SIGINT/SIGTERM ask the loop to stop after the running trial; a second SIGINT aborts.
+
+    Signals that arrive during one long C call (loading torch, say) reach the Python handler as
+    one call. The C handler writes one byte per signal to the wakeup pipe, so presses are counted
+    from it, and a second Ctrl-C is never taken for the first. SIGUSR1 aborts at once: a parent
+    passes its second Ctrl-C on to its helper processes that way.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.interrupted = False  # by Ctrl-C, not only by SIGTERM
+        self.aborted = False
+        self.helpers: list[int] = []  # pids told of a stop (SIGTERM) and an abort (SIGUSR1)
+        self._calls = 0  # SIGINT handler calls
+        self._bytes = 0  # SIGINT bytes read from the wakeup pipe
+        self._pipe: tuple[int, int, int] | None = None  # read end, write end, previous fd
+        self._previous: dict[int, object] = {}
+
+    def install(self, *, sigint: bool = True) -> GracefulStop:
+        """Install the handlers (main thread only).
+
+        Args:
+            sigint: Handle Ctrl-C; helper processes leave it ignored and follow their parent.
+
+        Returns:
+            This stop.
+        """
+        signums = [signal.SIGTERM, signal.SIGUSR1] + ([signal.SIGINT] if sigint else [])
+        self._previous = {signum: signal.signal(signum, self._handle) for signum in signums}
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        self._pipe = (read, write, signal.set_wakeup_fd(write, warn_on_full_buffer=False))
+        # Optuna logs an aborted trial with the traceback of the KeyboardInterrupt.
+        logging.getLogger("optuna.study._optimize").addFilter(self._quiet_after_abort)
+        return self
+
+    def uninstall(self) -> None:
+        """Restore what :meth:`install` replaced."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        if self._pipe is not None:
+            read, write, previous_fd = self._pipe
+            signal.set_wakeup_fd(previous_fd)
+            os.close(read)
+            os.close(write)
+            self._pipe = None
+        logging.getLogger("optuna.study._optimize").removeFilter(self._quiet_after_abort)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        seen = max(self._calls, self._bytes)
+        self._calls += signum == signal.SIGINT
+        self._bytes += self._read_wakeups().count(signal.SIGINT)
+        presses = max(self._calls, self._bytes) - seen  # not yet acted on
+        if presses:
+            self.interrupted = True
+        if signum == signal.SIGTERM or (presses and seen == 0):
+            self._request("Ctrl-C" if presses else "SIGTERM")
+        if signum == signal.SIGUSR1 and not self.aborted:  # the parent may tell twice
+            self._abort("aborting: the parent process was interrupted")
+        if presses and seen + presses >= 2:
+            self._abort("second Ctrl-C: aborting; the running trial is marked FAIL")
+
+    def _read_wakeups(self) -> bytes:
+        if self._pipe is None:
+            return b""
+        chunks = []
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self._pipe[0], 512):
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _request(self, by: str) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        self._tell_helpers(signal.SIGTERM)
+        again = " (Ctrl-C again aborts it)" if by == "Ctrl-C" else ""
+        logger.warning(
+            "stop requested by %s: finishing the running trial, then exiting%s", by, again
+        )
+
+    def _abort(self, message: str) -> None:
+        self.aborted = True
+        self._tell_helpers(signal.SIGUSR1)
+        logger.warning(message)
+        raise Aborted
+
+    def _tell_helpers(self, signum: int) -> None:
+        for pid in self.helpers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def _quiet_after_abort(self, _record: logging.LogRecord) -> bool:
+        return not self.aborted
+
+
+@dataclass
+class LoopResult:
+    """What one loop did and why it ended."""
+
+    ran: int
+    reason: str
+
+
+def run_study_loop(
+    name: str,
+    storage: BaseStorage,
+    *,
+    artifact_store: FileSystemArtifactStore,
+    settings: Settings,
+    stop: GracefulStop | None = None,
+    max_trials: int | None = None,
+    threads: int = 1,
+    sampler_offset: int = 0,
+    poll_s: float = 1.0,
+    wait: bool = True,
+    on_trial_end: Callable[[optuna.Study], None] | None = None,
+) -> LoopResult:
+    """Run trials of study ``name`` until it is done, stopped, timed out or out of budget.
+
+    Args:
+        name: The study.
+        storage: Its storage.
+        artifact_store: Where trial models go.
+        settings: Cache and related settings.
+        stop: Signal-driven stop flag.
+        max_trials: Trials this loop may run at most.
+        threads: Torch threads for training.
+        sampler_offset: Added to the spec's seed, so that parallel workers draw differently.
+        poll_s: Wait between checks while other workers hold the remaining trials.
+        wait: Wait while other workers hold the remaining trials (one of them may die and
+            leave a retry); otherwise return at once, to serve another study meanwhile.
+        on_trial_end: Called after each trial, e.g. to refresh a progress display.
+
+    Returns:
+        How many trials this loop ran and why it stopped.
+    """
+    existing, spec = load(name, storage)
+    # A resumed study must not replay the draws of its first run: shift the seed by history.
+    offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
+    seed = (spec.seed + offset) % (MAX_SEED + 1)
+    sampler = make_sampler(spec.sampler, seed)
+    logger.info("study %s: sampler %s, seed %d", name, spec.sampler, seed)
+    if spec.trials_per_model > 1:
+        space = load_space(spec.search_space)
+        sampler = VariantSampler(
+            sampler, space, spec.trials_per_model, spec.variant_startup_trials, seed
+        )
+    sampler = ScaledValuesSampler(sampler, spec.objectives)
+    study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
+    objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
+    objective.check_inputs()
+    check_fingerprint(existing, spec, cached_dataset(spec.dataset, spec.seed).fingerprint)
+    ran, outage_s, waiting = 0, 0.0, False
+    while True:
+        objective.trial_id = None  # set by the objective once a trial reaches it
+        try:
+            reason = _stop_reason(study, spec, stop, ran, max_trials)
+            if reason == WAITING_ON_OTHERS and wait:
+                if not waiting:
+                    _say_waiting(name, settings)
+                waiting = True
+                time.sleep(poll_s)
+                continue
+            waiting = False
+            if reason:
+                return LoopResult(ran=ran, reason=reason)
+            logger.info("study %s: starting a trial on %s", name, spec.target)
+            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
+        except Exception as e:
+            if _reaped_while_running(storage, objective.trial_id, e):
+                ran += 1
+                continue
+            if not storage_unreachable(e):
+                raise
+            # The trial being told (if any) stays RUNNING; the reaper fails and retries it.
+            outage_s = min(max(2 * outage_s, 1.0), 30.0)
+            logger.warning(
+                "storage unreachable (%s); retrying in %.0f s", type(e).__name__, outage_s
+            )
+            time.sleep(outage_s)
+            continue
+        ran, outage_s = ran + 1, 0.0
+        if on_trial_end is not None:
+            on_trial_end(study)
+
+
+def storage_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or what it was raised from) means the storage could not be reached.
+
+    Optuna wraps a failed commit in ``StorageInternalError``, and may then hit an
+    ``UnboundLocalError`` of its own while cleaning up, so the whole chain is checked.
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (SQLAlchemyError, optuna.exceptions.StorageInternalError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _reaped_while_running(storage: BaseStorage, trial_id: int | None, error: Exception) -> bool:
+    """Whether ``error`` came from telling a trial that another process already failed.
+
+    That happens when the trial's heartbeats stopped reaching the storage for longer than the
+    grace period: a reaper failed it (and queued its retry) while it still ran here.
+    """
+    if trial_id is None or not isinstance(
+        error, (ValueError, optuna.exceptions.UpdateFinishedTrialError)
+    ):
+        return False
+    try:
+        trial = storage.get_trial(trial_id)
+    except (optuna.exceptions.StorageInternalError, SQLAlchemyError):  # still unreachable
+        return False
+    if trial.state != optuna.trial.TrialState.FAIL:
+        return False
+    logger.warning(
+        "trial %d was failed by a reaper while it ran here (its heartbeat had lapsed); "
+        "its result is dropped and its retry runs instead", trial.number,
+    )  # fmt: skip
+    return True
+
+
+def _say_waiting(name: str, settings: Settings) -> None:
+    """Say what a loop waits for, and for how long at most."""
+    logger.warning(
+        "study %s: waiting for its last trials, which other workers hold; a trial whose worker "
+        "died is failed and retried once its heartbeat is %d s old (AUTOML_GRACE_PERIOD_S), so "
+        "a dead one is waited for %d s at most",
+        name, settings.grace_period_s, settings.grace_period_s,
+    )  # fmt: skip
+
+
+def _stop_reason(study, spec, stop, ran, max_trials) -> str | None:
+    if stop is not None and stop.requested:
+        return "signal"
+    attrs = study._storage.get_study_user_attrs(study._study_id)
+    if attrs.get(STOP_ATTR):
+        return "stopped"
+    if max_trials is not None and ran >= max_trials:
+        return "max-trials"
+    counts, first_start = state_counts(study._storage, study._study_id)
+    if out_of_time(spec, first_start):  # timeout_s counts from the study's first trial
+        return "timeout"
+    if counts["FAIL"] >= fail_cap(spec, forgiven_failures(attrs)):
+        return "too-many-failures"
+    if spec.n_trials is None:
+        return None
+    if counts["COMPLETE"] >= spec.n_trials:
+        return "done"
+    if counts["COMPLETE"] + counts["RUNNING"] >= spec.n_trials:
+        # Each trial's optimize() reaps too; a waiting loop must not wait on a dead worker.
+        reap_stale_trials(study)
+        return WAITING_ON_OTHERS
+    return None
+
+
+def stage_cache(settings: Settings) -> StageCache | None:
+    """The trial-stage cache under the artifact store, or None when disabled."""
+    if not settings.cache_enabled:
+        return None
+    return StageCache(settings.artifacts_dir / "cache", settings.cache_max_mb * 1024 * 1024)

@@ -1,0 +1,87 @@
+"""Refuse to run with two ONNX Runtime builds installed side by side.
+
+Every ONNX Runtime build on PyPI (``onnxruntime``, ``onnxruntime-gpu``, ...) installs the same
+``onnxruntime`` import package. Installed together, the last one overwrites the other's files:
+``import onnxruntime`` then loads a mix, and the CUDA and TensorRT providers may be missing or
+broken without an error. ``pip`` does not prevent it: installing ``automl[gpu]`` over the CPU
+install does exactly that, hence ``make install-gpu``.
+
+This module reads package metadata only; it imports neither onnxruntime nor torch, so it is
+cheap to call when the CLI starts.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+from automl.errors import AutomlError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+# Distributions whose wheels install the ``onnxruntime`` import package.
+ORT_DISTRIBUTIONS = frozenset(
+    {
+        "onnxruntime",
+        "onnxruntime-gpu",
+        "onnxruntime-directml",
+        "onnxruntime-openvino",
+        "onnxruntime-qnn",
+        "onnxruntime-rocm",
+        "onnxruntime-migraphx",
+        "onnxruntime-training",
+        "ort-nightly",
+        "ort-nightly-gpu",
+    }
+)
+
+
+def _normalise(name: str) -> str:
+    """A distribution name in PEP 503 form: ``ONNXRuntime_GPU`` → ``onnxruntime-gpu``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_ort_builds(installed: Iterable[str]) -> list[str]:
+    """The ONNX Runtime builds among installed distribution names.
+
+    Args:
+        installed: Names of installed distributions, in any spelling pip accepts.
+
+    Returns:
+        The ONNX Runtime builds among them, normalised and sorted.
+    """
+    return sorted({_normalise(n) for n in installed} & ORT_DISTRIBUTIONS)
+
+
+def check_single_ort(installed: Iterable[str]) -> None:
+    """Raise when more than one ONNX Runtime build is among ``installed``.
+
+    Args:
+        installed: Names of installed distributions.
+
+    Raises:
+        AutomlError: Two or more builds are installed. The message names them and gives the
+            one-line fix, which keeps ``onnxruntime-gpu`` when it is one of them.
+    """
+    builds = installed_ort_builds(installed)
+    if len(builds) < 2:
+        return
+    keep = "onnxruntime-gpu" if "onnxruntime-gpu" in builds else "onnxruntime"
+    raise AutomlError(
+        f"{' and '.join(builds)} are installed together; they ship the same `onnxruntime` "
+        "package and overwrite each other's files, so the GPU providers may be missing or "
+        f"broken. Keep one: pip uninstall -y {' '.join(builds)} && pip install {keep}"
+        + (" (or run `make install-gpu` in the checkout)" if keep == "onnxruntime-gpu" else "")
+    )
+
+
+def require_single_ort() -> None:
+    """:func:`check_single_ort` on this Python's installed distributions.
+
+    Raises:
+        AutomlError: Two or more ONNX Runtime builds are installed.
+    """
+    names = (d.metadata["Name"] or "" for d in metadata.distributions())
+    check_single_ort(n for n in names if n)

@@ -1,0 +1,149 @@
+"""Rich renderings of targets, studies and fronts for the CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.panel import Panel
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from automl.search.spec import StudySpec
+    from automl.service.studies import StudyInfo
+    from automl.targets import Target
+
+# Accuracy on the validation split (what the search optimised) and on the test split (held out).
+_FRONT_COLUMNS = (
+    ("accuracy", "val acc", "{:.3f}"),
+    ("test_accuracy", "test acc", "{:.3f}"),
+    ("latency_per_sample_ms", "ms/sample", "{:.4g}"),
+    ("latency_p50_ms", "p50 ms", "{:.4g}"),
+    ("latency_p99_ms", "p99 ms", "{:.4g}"),
+    ("throughput_sps", "samples/s", "{:,.0f}"),
+    ("size_mb", "MB", "{:.4f}"),
+    ("macs", "MACs", "{:,.0f}"),
+)
+
+
+def targets_table(rows: list[tuple[Target, bool]]) -> Table:
+    """Targets with kind, providers, precisions and presence."""
+    table = Table(title="Targets")
+    for column in ("name", "kind", "present", "providers", "bits", "description"):
+        table.add_column(column)
+    for target, present in rows:
+        table.add_row(
+            target.name,
+            target.kind,
+            "[green]yes[/]" if present else "[dim]no[/]",
+            ", ".join(target.execution_providers),
+            ", ".join(str(b) for b in target.precisions),
+            target.description,
+        )
+    return table
+
+
+def studies_table(infos: list[StudyInfo]) -> Table:
+    """One row per study."""
+    table = Table(title="Studies")
+    for column in ("name", "target", "space", "state", "complete", "failed", "running"):
+        table.add_column(column)
+    for info in infos:
+        c = info.counts
+        table.add_row(
+            info.name,
+            info.spec["target"],
+            info.spec["search_space"],
+            info.state,
+            f"{c['COMPLETE']}/{info.n_trials or '∞'}",
+            str(c["FAIL"]),
+            str(c["RUNNING"]),
+        )
+    return table
+
+
+def study_panel(info: StudyInfo) -> Panel:
+    """Spec, progress and failures of one study."""
+    spec = info.spec
+    lines = [
+        f"[bold]target[/] {spec['target']}   [bold]space[/] {spec['search_space']}   "
+        f"[bold]dataset[/] {spec['dataset']}   [bold]sampler[/] {spec['sampler']}",
+        "[bold]objectives[/] "
+        + ", ".join(f"{o['direction']} {o['metric']}" for o in spec["objectives"]),
+        "[bold]constraints[/] "
+        + (
+            ", ".join(f"{c['metric']} {c['op']} {c['bound']:g}" for c in spec["constraints"])
+            or "none"
+        ),
+        f"[bold]state[/] {info.state}   "
+        + "   ".join(f"{k.lower()} {v}" for k, v in info.counts.items() if v),
+    ]
+    if info.eta_s is not None:
+        lines.append(f"[bold]ETA[/] {info.eta_s:.0f} s")
+    for failure in info.failures[-10:]:
+        retry = failure.get("retried_as")
+        retried = f" (retried as trial {retry})" if retry is not None else ""
+        lines.append(f"[red]trial {failure['number']} failed:[/] {failure['reason']}{retried}")
+    return Panel("\n".join(lines), title=info.name)
+
+
+def front_table(front: list[dict], spec: StudySpec) -> Table:
+    """The Pareto front with the candidate knobs and every metric."""
+    table = Table(title=f"Pareto front of {spec.name} on {spec.target} ({len(front)} trials)")
+    table.add_column("trial", justify="right")
+    table.add_column("candidate")
+    for _, header, _ in _FRONT_COLUMNS:
+        table.add_column(header, justify="right", no_wrap=True)
+    for trial in front:
+        metrics = trial["metrics"]
+        table.add_row(
+            str(trial["number"]),
+            describe(trial),
+            *(_cell(metrics, key, fmt) for key, _, fmt in _FRONT_COLUMNS),
+        )
+    return table
+
+
+def _cell(metrics: dict, key: str, fmt: str) -> str:
+    return fmt.format(metrics[key]) if key in metrics else "-"
+
+
+def describe(record: dict) -> str:
+    """Short human form of a trial's candidate (falls back to its params)."""
+    candidate = record.get("user_attrs", {}).get("candidate")
+    if candidate is None:
+        return ", ".join(f"{k}={v}" for k, v in record["params"].items())
+    arch = candidate["arch"]
+    bits = candidate["bits"]
+    precision = f"int8-{candidate['int8_mode']}" if bits == 8 else f"{bits}b"
+    return (
+        f"{arch['family']} w{arch['width']} d{arch['depth']} "
+        f"prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
+    )
+
+
+def comparison_table(comparison: dict) -> Table:
+    """Front candidates of two studies side by side, with what each front favours."""
+    (first, first_target), (second, second_target) = comparison["studies"].items()
+    table = Table(title=f"{first} ({first_target}) vs {second} ({second_target})")
+    table.add_column("candidate")
+    table.add_column("on the front of")
+    for name in (first, second):
+        table.add_column(f"val acc / ms per sample in {name} ({comparison['studies'][name]})")
+    for row in comparison["candidates"]:
+        cells = []
+        for name in (first, second):
+            metrics = row["metrics"][name]
+            cells.append(
+                "not run" if metrics is None
+                else f"{metrics['accuracy']:.3f} / {metrics['latency_per_sample_ms']:.4g}"
+            )  # fmt: skip
+        wins = ", ".join(f"{name} ({comparison['studies'][name]})" for name in row["fronts"])
+        table.add_row(describe(row), wins, *cells)
+    for name, knobs in comparison["knobs"].items():
+        favoured = "; ".join(
+            f"{knob} " + ", ".join(f"{v}×{n}" for v, n in counts.items())
+            for knob, counts in knobs.items()
+            if counts
+        )
+        table.caption = (table.caption or "") + f"\n{name} front: {favoured}"
+    return table

@@ -1,0 +1,300 @@
+"""Declarative search spaces: YAML → validated schema → Optuna suggestions → ``Candidate``."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from automl.candidate import BITS, Candidate
+from automl.errors import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.resources.abc import Traversable
+
+    import optuna
+
+    from automl.targets import Target
+
+# The shipped spaces: the top-level search_spaces/ folder, packaged as automl.search_spaces.
+SEARCH_SPACES_DIR = resources.files("automl.search_spaces")
+KEYS = (
+    "arch.family",
+    "arch.width",
+    "arch.depth",
+    "arch.kernel_size",
+    "arch.dropout",
+    "pruning_ratio",
+    "bits",
+    "int8_mode",
+    "batch_size",
+    "finetune_epochs",
+    "train.epochs",
+    "train.lr",
+    "train.weight_decay",
+    "train.batch_size",
+)
+# Knobs that change how a model is deployed, not its weights.
+DEPLOYMENT_KEYS = ("bits", "int8_mode", "batch_size")
+MAX_DEPLOYMENTS = 4096
+Scalar = int | float | str
+
+
+class _Param(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    sets: str | None = None  # the candidate key; defaults to the parameter's own name
+    when: dict[str, list[Scalar]] | None = None  # suggested only if earlier params match
+
+
+class IntParam(_Param):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> IntParam:
+        if self.low > self.high:
+            raise ValueError(f"empty range: low {self.low} > high {self.high}")
+        return self
+
+
+class FloatParam(_Param):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = None
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> FloatParam:
+        if self.low > self.high:
+            raise ValueError(f"empty range: low {self.low} > high {self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError("a log range needs low > 0")
+        return self
+
+
+class CategoricalParam(_Param):
+    type: Literal["categorical"]
+    choices: list[Scalar] = Field(min_length=1)
+
+
+class FixedParam(_Param):
+    type: Literal["fixed"]
+    value: Scalar
+
+
+Param = Annotated[
+    IntParam | FloatParam | CategoricalParam | FixedParam, Field(discriminator="type")
+]
+
+
+class SearchSpace(BaseModel):
+    """A named space: parameters in suggestion order, keyed by Optuna parameter name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    params: dict[str, Param]
+
+    @model_validator(mode="after")
+    def _keys(self) -> SearchSpace:
+        seen: list[str] = []
+        for name, param in self.params.items():
+            key = param.sets or name
+            if key not in KEYS:
+                raise ValueError(f"parameter {name!r} sets unknown key {key!r}; allowed: {KEYS}")
+            for other in param.when or {}:
+                if other not in seen:
+                    raise ValueError(f"{name!r}: 'when' names {other!r}, not declared before it")
+            seen.append(name)
+        if "arch.family" not in {p.sets or n for n, p in self.params.items()}:
+            raise ValueError("the space must set arch.family (categorical or fixed)")
+        for name, param in self.params.items():
+            _check_bounds(name, param)
+            is_bits = (param.sets or name) == "bits"
+            if is_bits and len(_values(param)) > len(BITS):  # a long int range, never built
+                raise ValueError(f"parameter {name!r}: bits must be among {list(BITS)}")
+        first = {p.sets or n: _values(p)[0] for n, p in self.params.items()}
+        candidate_from_values(first)  # a space whose candidates cannot be built fails here
+        return self
+
+    def bit_choices(self) -> set[int]:
+        """Every bit-width the space can suggest."""
+        out: set[int] = set()
+        for name, param in self.params.items():
+            if (param.sets or name) == "bits":
+                if isinstance(param, FloatParam):
+                    raise SpecError("bits must be categorical, int or fixed")
+                out |= set(_values(param))
+        return out or {32}
+
+    def check_target(self, target: Target) -> None:
+        """Raise ``SpecError`` when the space can suggest a bit-width the target cannot run."""
+        unsupported = sorted(self.bit_choices() - set(target.precisions))
+        if unsupported:
+            raise SpecError(
+                f"search space {self.name!r} suggests bits {unsupported}, which target "
+                f"{target.name!r} cannot run; it supports {sorted(target.precisions)}"
+            )
+
+    def model_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The trial ``params`` that decide the weights: all but the deployment knobs."""
+        return {
+            name: value
+            for name, value in params.items()
+            if (self.params[name].sets or name) not in DEPLOYMENT_KEYS
+        }
+
+    def deployments(self, model_params: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Every assignment of the deployment knobs the space allows for a model, by param name.
+
+        Conditional knobs follow their ``when``; fixed ones are left out, as Optuna never sees
+        them. ``None`` when a knob is a float or the grid has over ``MAX_DEPLOYMENTS`` entries.
+        """
+        fixed = {n: p.value for n, p in self.params.items() if isinstance(p, FixedParam)}
+        grid: list[dict[str, Any]] = [{}]
+        for name, param in self.params.items():
+            if (param.sets or name) not in DEPLOYMENT_KEYS or isinstance(param, FixedParam):
+                continue
+            if isinstance(param, FloatParam) or len(grid) * len(_values(param)) > MAX_DEPLOYMENTS:
+                return None
+            expanded = []
+            for chosen in grid:
+                if _applies(param, {**fixed, **model_params, **chosen}):
+                    expanded += [{**chosen, name: value} for value in _values(param)]
+                else:
+                    expanded.append(chosen)
+            if len(expanded) > MAX_DEPLOYMENTS:
+                return None
+            grid = expanded
+        return grid
+
+    def suggest(self, trial: optuna.Trial) -> Candidate:
+        """Draw one candidate from ``trial``; conditional parameters follow their ``when``."""
+        chosen: dict[str, Any] = {}
+        values: dict[str, Any] = {}
+        for name, param in self.params.items():
+            if not _applies(param, chosen):
+                continue
+            chosen[name] = _suggest(trial, name, param)
+            values[param.sets or name] = chosen[name]
+        return candidate_from_values(values)
+
+
+def _applies(param: Param, chosen: dict[str, Any]) -> bool:
+    """Whether ``param``'s ``when`` holds for the params ``chosen`` so far."""
+    return not param.when or all(chosen.get(k) in v for k, v in param.when.items())
+
+
+def _values(param: Param) -> Sequence[Scalar]:
+    """The values a param takes (a float param: its low end); an int range is not built."""
+    if isinstance(param, CategoricalParam):
+        return param.choices
+    if isinstance(param, FixedParam):
+        return [param.value]
+    if isinstance(param, IntParam):
+        return range(param.low, param.high + 1, param.step)
+    return [param.low]
+
+
+def _check_bounds(name: str, param: Param) -> None:
+    """Refuse a knob whose values leave the bounds in the settings (e.g. a width of 10**9)."""
+    from automl.settings import get_settings
+
+    key = param.sets or name
+    bound = get_settings().knob_bounds.get(key)
+    if bound is None:
+        return
+    values = _values(param)
+    if isinstance(param, IntParam | FloatParam):
+        low, high = param.low, param.high
+    elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        low, high = min(values), max(values)
+    else:
+        return  # a non-numeric value: building the candidate names the problem
+    if low < bound[0] or high > bound[1]:
+        raise ValueError(
+            f"parameter {name!r} reaches {key} {low:g}..{high:g}, outside the allowed "
+            f"{bound[0]:g}..{bound[1]:g} (AUTOML_KNOB_BOUNDS)"
+        )
+
+
+def _suggest(trial: optuna.Trial, name: str, param: Param) -> Any:
+    if isinstance(param, IntParam):
+        return trial.suggest_int(name, param.low, param.high, step=param.step, log=param.log)
+    if isinstance(param, FloatParam):
+        return trial.suggest_float(name, param.low, param.high, step=param.step, log=param.log)
+    if isinstance(param, CategoricalParam):
+        return trial.suggest_categorical(name, param.choices)
+    return param.value
+
+
+def candidate_from_values(values: dict[str, Any]) -> Candidate:
+    """Build a ``Candidate`` from flat keys such as ``arch.width`` and ``bits``."""
+    nested: dict[str, Any] = {"arch": {}, "train": {}}
+    for key, value in values.items():
+        group, _, field = key.partition(".")
+        if field:
+            nested[group][field] = value
+        else:
+            nested[key] = value
+    try:
+        return Candidate.from_dict(nested)
+    except TypeError as e:  # e.g. a knob of the wrong type
+        raise SpecError(f"cannot build a candidate from {values}: {e}") from e
+
+
+def load_space(name_or_path: str, *, directory: Traversable = SEARCH_SPACES_DIR) -> SearchSpace:
+    """Load a search space by registered name (``search_spaces/<name>.yaml``) or by path.
+
+    Raises:
+        SpecError: Unknown name, unreadable YAML, or a schema violation; names the field.
+    """
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = directory / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise SpecError(
+                f"unknown search space {name_or_path!r}; registered: {list_spaces(directory)}"
+            )
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"cannot read search space {str(path)!r}: {e}") from e
+    try:
+        return SearchSpace.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError(f"search space {str(path)!r} is invalid:\n{_format(e)}") from e
+
+
+def list_spaces(directory: Traversable = SEARCH_SPACES_DIR) -> list[str]:
+    """Names of the registered search spaces."""
+    return sorted(
+        p.name.removesuffix(".yaml") for p in directory.iterdir() if p.name.endswith(".yaml")
+    )
+
+
+def _format(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        lines.append(f"  {where}: {item['msg']}")
+    return "\n".join(lines)
+
+
+__all__ = [
+    "BITS",
+    "DEPLOYMENT_KEYS",
+    "KEYS",
+    "SearchSpace",
+    "candidate_from_values",
+    "list_spaces",
+    "load_space",
+]

@@ -1,0 +1,225 @@
+"""The study spec: what to search, where to measure, and what to optimise."""
+
+from __future__ import annotations
+
+import math
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from automl.errors import SpecError
+
+# metric → natural direction; every trial records all of them as user attrs.
+METRICS: dict[str, Literal["maximize", "minimize"]] = {
+    "accuracy": "maximize",
+    "latency_p50_ms": "minimize",
+    "latency_p90_ms": "minimize",
+    "latency_p99_ms": "minimize",
+    "latency_per_sample_ms": "minimize",
+    "throughput_sps": "maximize",
+    "size_mb": "minimize",
+    "params": "minimize",
+    "macs": "minimize",
+}
+# Recorded for every trial and shown in every view, but never an objective or constraint: the
+# accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
+TEST_METRIC = "test_accuracy"
+RECORDED_METRICS = (*METRICS, TEST_METRIC)
+_CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # whole name: see fullmatch
+# NumPy's legacy RandomState, which Optuna's samplers and scikit-learn's splits use, takes seeds
+# in [0, 2**32).
+MAX_SEED = 2**32 - 1
+
+
+class Objective(BaseModel):
+    """One objective; the direction defaults to the metric's natural one.
+
+    ``scale: log`` (the default for every metric but accuracy) hands the sampler log10 of the
+    metric (see :class:`automl.search.samplers.ScaledValuesSampler`). The front is the same either way,
+    but latencies spanning orders of magnitude are then weighed by ratio rather than by absolute
+    difference. Optuna stores the raw metric as the objective value.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: str = Field(json_schema_extra={"enum": list(METRICS)})
+    direction: Literal["maximize", "minimize"] | None = None
+    scale: Literal["linear", "log"] | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, metric: str) -> str:
+        return check_metric(metric)
+
+    @model_validator(mode="after")
+    def _defaults(self) -> Objective:
+        if self.direction is None:
+            object.__setattr__(self, "direction", METRICS[self.metric])
+        if self.scale is None:
+            object.__setattr__(self, "scale", "linear" if self.metric == "accuracy" else "log")
+        return self
+
+    def value(self, metrics: dict[str, float]) -> float:
+        """The objective value Optuna stores for these metrics: the raw metric."""
+        return metrics[self.metric]
+
+    def scaled(self, value: float) -> float:
+        """What the sampler sees of a stored ``value``: log10 of it with ``scale: log``."""
+        return math.log10(max(value, 1e-12)) if self.scale == "log" else value
+
+
+class Constraint(BaseModel):
+    """``metric <= bound`` or ``metric >= bound``; Optuna feasibility is ``value <= 0``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: str = Field(json_schema_extra={"enum": list(METRICS)})
+    op: Literal["<=", ">="]
+    bound: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        match = _CONSTRAINT.match(value)
+        if not match:
+            raise ValueError(f"constraint {value!r} must look like 'latency_p99_ms <= 2'")
+        return {"metric": match[1], "op": match[2], "bound": float(match[3])}
+
+    @model_validator(mode="after")
+    def _possible(self) -> Constraint:
+        check_metric(self.metric)
+        low, high = (0.0, 1.0) if self.metric == "accuracy" else (0.0, float("inf"))
+        if (self.op == "<=" and self.bound <= low) or (self.op == ">=" and self.bound > high):
+            raise ValueError(
+                f"constraint '{self}' can never hold: {self.metric} lies in [{low}, {high}]"
+            )
+        return self
+
+    def violation(self, metrics: dict[str, float]) -> float:
+        """Optuna constraint value: how far ``metrics`` are from feasibility (≤ 0 is feasible)."""
+        value = metrics[self.metric]
+        return value - self.bound if self.op == "<=" else self.bound - value
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.bound:g}"
+
+
+def check_metric(metric: str) -> str:
+    """Return ``metric`` if the search may use it (objective, constraint, ``--best``).
+
+    Raises:
+        ValueError: It is unknown, or it is the test split's accuracy.
+    """
+    if metric == TEST_METRIC:
+        raise ValueError(
+            f"{TEST_METRIC} is the held-out test split's accuracy: it is reported, never "
+            "searched on, or the front's accuracies would be optimistic; use accuracy "
+            "(the validation split)"
+        )
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; allowed: {list(METRICS)}")
+    return metric
+
+
+def _default_objectives() -> list[Objective]:
+    return [Objective(metric="accuracy"), Objective(metric="latency_per_sample_ms")]
+
+
+def _default_constraints() -> list[Constraint]:
+    return [Constraint(metric="latency_p99_ms", op="<=", bound=5.0)]
+
+
+class StudySpec(BaseModel):
+    """Everything a study needs; shared by the CLI, the API and the workers.
+
+    ``trials_per_model``: a model (architecture, training, pruning) on the front is deployed by
+    up to that many trials in all; see :class:`automl.search.variants.VariantSampler`. 1 makes every
+    trial draw a new model. ``variant_startup_trials``: complete trials before variants are
+    predicted; until then each new model is redeployed twice, at random.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str | None = None
+    target: str = "cpu"
+    search_space: str = "digits-mixed"
+    dataset: str = "digits"
+    n_trials: int | None = Field(default=24, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+    sampler: Literal["default", "tpe", "nsga2", "random", "gp"] = "default"
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    trials_per_model: int = Field(default=6, ge=1)
+    variant_startup_trials: int = Field(default=10, ge=0)
+    objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
+    constraints: list[Constraint] = Field(default_factory=_default_constraints)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str | None) -> str | None:
+        if name is not None and not _NAME.fullmatch(name):
+            raise ValueError(
+                "must be 1-100 letters, digits, '_', '.' or '-', starting alphanumeric"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _checks(self) -> StudySpec:
+        metrics = [o.metric for o in self.objectives]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"objectives repeat a metric: {metrics}")
+        if self.n_trials is None and self.timeout_s is None:
+            raise ValueError("set n_trials or timeout_s, or the study never ends")
+        if self.name is None:
+            object.__setattr__(self, "name", f"{self.search_space}-{self.target}")
+        return self
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Objective metrics in order, as trials record them (unscaled)."""
+        return [o.metric for o in self.objectives]
+
+    @property
+    def directions(self) -> list[str]:
+        """Objective directions in order."""
+        return [o.direction for o in self.objectives]
+
+    def comparable(self) -> dict:
+        """The parts that must match when a study is resumed (budget may change)."""
+        return self.model_dump(mode="json", exclude={"n_trials", "timeout_s"})
+
+
+def parse_spec(values: dict) -> StudySpec:
+    """Validate a spec from plain values.
+
+    Raises:
+        SpecError: Names each bad field and what is allowed.
+    """
+    try:
+        return StudySpec.model_validate(values)
+    except ValidationError as e:
+        details = "\n".join(
+            f"  {'.'.join(str(p) for p in item['loc']) or '(spec)'}: {item['msg']}"
+            for item in e.errors()
+        )
+        raise SpecError(f"invalid study spec:\n{details}") from e
+
+
+def load_spec(path: Path | str, **overrides: object) -> StudySpec:
+    """Load a spec from a YAML or JSON file, then apply non-None ``overrides``.
+
+    A name that is no file, such as ``digits``, names a spec shipped with the package
+    (``studies/<name>.yaml`` in a checkout).
+    """
+    shipped = resources.files("automl.default_studies") / f"{path}.yaml"
+    path = Path(path) if Path(path).exists() or not shipped.is_file() else shipped
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"cannot read study spec {str(path)!r}: {e}") from e
+    if not isinstance(raw, dict):
+        raise SpecError(f"study spec {str(path)!r} must be a mapping of fields")
+    return parse_spec({**raw, **{k: v for k, v in overrides.items() if v is not None}})

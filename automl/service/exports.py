@@ -1,0 +1,162 @@
+"""Exporting a trial's model: the ONNX file plus a ``model.json`` sidecar to deploy it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
+from automl.records import ARTIFACT_ID
+from automl.search.spec import RECORDED_METRICS
+from automl.service.read import model_trial
+
+if TYPE_CHECKING:
+    from onnx import GraphProto, ModelProto
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
+
+    from automl.search.spec import StudySpec
+
+# The sidecar fields also written into the ONNX file's metadata_props, as JSON under
+# "automl.<field>". The file's sha256 cannot be among them: writing it would change the file.
+METADATA_FIELDS = (
+    "study",
+    "trial",
+    "dataset",
+    "class_names",
+    "raw_input",
+    "preprocessing",
+    "input",
+    "output",
+    "measured_with",
+)
+METADATA_PREFIX = "automl."
+
+
+def export_model(
+    name: str,
+    storage: BaseStorage,
+    artifact_store: FileSystemArtifactStore,
+    number: int,
+    out: Path | str,
+) -> dict:
+    """Write trial ``number``'s ONNX model to ``out`` and its sidecar beside it.
+
+    The sidecar (``model.json`` for ``model.onnx``) holds params, metrics, target, the
+    environment fingerprint, and what a deployment needs: ``class_names`` (one per logit),
+    ``raw_input`` (dtype and train range of the raw inputs), ``preprocessing`` (its formula,
+    mean and std), ``input``, ``output`` (raw logits, no softmax), ``measured_with`` (provider,
+    threads and batch size of the recorded accuracies and latency) and the ``sha256`` of the
+    written model file. The fields in :data:`METADATA_FIELDS` are also the model's
+    ``metadata_props``, JSON-encoded under ``automl.<field>``; the file's own hash cannot be
+    among them, so it is in the sidecar only.
+
+    Args:
+        name: The study.
+        storage: Its storage.
+        artifact_store: Where the trial's model was uploaded.
+        number: The trial.
+        out: Path of the ``.onnx`` file to write.
+
+    Returns:
+        The sidecar's content.
+
+    Raises:
+        TrialNotFound: No such trial, or it has no model (it did not complete).
+        DataError: The trial predates recorded data descriptions, and its dataset can no
+            longer be loaded to describe it.
+    """
+    import onnx
+    from optuna.artifacts import download_artifact
+
+    trial, spec = model_trial(name, storage, number)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    download_artifact(
+        artifact_store=artifact_store, file_path=str(out), artifact_id=trial.user_attrs[ARTIFACT_ID]
+    )
+    model = onnx.load(str(out))
+    sidecar = {
+        "study": name,
+        "trial": number,
+        "file": out.name,
+        "target": spec.target,
+        "dataset": spec.dataset,
+        "params": trial.params,
+        "candidate": trial.user_attrs.get("candidate"),
+        "metrics": {k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs},
+        "latency": trial.user_attrs.get("latency"),
+        "env": trial.user_attrs.get("env"),
+        "inputs": [_io(v) for v in model.graph.input],
+        "outputs": [_io(v) for v in model.graph.output],
+        **_deployment(trial, spec, model.graph),
+    }
+    _set_metadata(model, {key: sidecar[key] for key in METADATA_FIELDS})
+    onnx.save(model, str(out))
+    sidecar["sha256"] = _sha256(out)
+    out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2))
+    return sidecar
+
+
+def _deployment(trial: FrozenTrial, spec: StudySpec, graph: GraphProto) -> dict:
+    """The sidecar's deployment fields: labels, raw input, preprocessing, I/O, runtime."""
+    description = trial.user_attrs.get(DESCRIPTION_ATTR)
+    if description is None:  # a trial recorded before data descriptions were
+        description = describe_dataset(cached_dataset(spec.dataset, spec.seed))
+        recorded = trial.user_attrs.get("preprocessing") or {}
+        description["preprocessing"].update(recorded)  # what this model was trained on
+    env = trial.user_attrs.get("env") or {}
+    candidate = trial.user_attrs.get("candidate") or {}
+    (model_input,) = (_io(v) for v in graph.input)
+    logits = _io(graph.output[0])
+    return {
+        "class_names": description["class_names"],
+        "raw_input": description["raw_input"],
+        "preprocessing": description["preprocessing"],
+        "input": model_input,
+        "output": {
+            **logits,
+            "kind": "logits",
+            "softmax_applied": False,
+            "num_classes": len(description["class_names"]),
+        },
+        "measured_with": {
+            "provider": env.get("provider"),
+            "intra_op_threads": env.get("intra_op_threads"),
+            "batch_size": candidate.get("batch_size"),
+            "onnxruntime": env.get("onnxruntime"),
+        },
+    }
+
+
+def _set_metadata(model: ModelProto, fields: dict) -> None:
+    """Set ``automl.<field>`` metadata props to each field's JSON, keeping other props."""
+    props = {p.key: p.value for p in model.metadata_props}
+    props.update({METADATA_PREFIX + k: json.dumps(v, sort_keys=True) for k, v in fields.items()})
+    del model.metadata_props[:]
+    for key, value in props.items():
+        model.metadata_props.add(key=key, value=value)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _io(value) -> dict:
+    from onnx import helper
+
+    tensor = value.type.tensor_type
+    shape = [d.dim_param or d.dim_value for d in tensor.shape.dim]
+    return {
+        "name": value.name,
+        "dtype": helper.tensor_dtype_to_np_dtype(tensor.elem_type).name,
+        "shape": shape,
+    }

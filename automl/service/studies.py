@@ -1,0 +1,349 @@
+"""The study service: the functions that the CLI, the API and the workers all call."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import optuna
+
+from automl.data import BUILTIN_DATASETS, check_source_form, load_dataset
+from automl.errors import AutomlError, DataError, SpecError
+from automl.records import FAIL_REASON, SPEC_ATTR, TRIAL_STATES
+from automl.search.space import load_space
+from automl.search.spec import StudySpec, parse_spec
+from automl.storage.capabilities import count_states as count_trial_states
+from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+DATA_ATTR = "data_fingerprint"
+FORGIVEN_ATTR = "failures_forgiven"
+STOP_ATTR = "stop_requested"
+LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
+
+
+class StudyNotFound(AutomlError, KeyError):
+    """No study of that name exists in the storage."""
+
+    def __str__(self) -> str:
+        return f"no study named {self.args[0]!r}; `automl study list` shows the existing ones"
+
+
+class TrialNotFound(AutomlError, KeyError):
+    """The study has no such trial, or it has no model."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """A study as users see it: spec, state and progress."""
+
+    name: str
+    spec: dict
+    state: str
+    counts: dict[str, int]
+    n_trials: int | None
+    created_at: str | None = None
+    eta_s: float | None = None
+    failures: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """Plain JSON-able form."""
+        return asdict(self)
+
+
+def create_study(
+    spec: StudySpec, storage: BaseStorage, *, check_data: bool = True, resume: bool = True
+) -> optuna.Study:
+    """Create the study for ``spec``, or resume the existing one with the same spec.
+
+    Validates the search space against the target, and loads and checks the dataset (with
+    ``check_data`` off, only where it is on this host: it may exist on the workers' only), so
+    that nothing runs on bad input. The data's fingerprint is stored with the study, and a resume on other data is
+    refused. Two processes that create one study at once both get it.
+
+    Args:
+        spec: The spec.
+        storage: Where studies live.
+        check_data: Load the dataset here.
+        resume: Resume a study of that name; otherwise its existence is an error.
+
+    Raises:
+        SpecError: The space or target is invalid, or a study of that name has another spec.
+        DataError: The dataset is missing, malformed, or not the data the study began with.
+        optuna.exceptions.DuplicatedStudyError: The study exists and ``resume`` is off.
+    """
+    target = load_target(spec.target)
+    load_space(spec.search_space).check_target(target)
+    check_source_form(spec.dataset)
+    fingerprint = None
+    if check_data or _readable_here(spec.dataset):
+        fingerprint = load_dataset(spec.dataset, seed=spec.seed).fingerprint
+    stored = _stored_spec(storage, spec.name)
+    if stored is None:
+        try:
+            return _new_study(spec, storage, target.name, fingerprint)
+        except optuna.exceptions.DuplicatedStudyError:
+            if not resume:
+                raise
+            stored = _await_spec(storage, spec.name)  # a concurrent start created it
+    elif not resume:
+        raise optuna.exceptions.DuplicatedStudyError(f"study {spec.name!r} exists")
+    if stored.comparable() != spec.comparable():
+        raise SpecError(_spec_mismatch(spec.name, stored, spec))
+    study = optuna.load_study(study_name=spec.name, storage=storage)
+    _require_raw_values(study, spec)
+    if fingerprint is not None:
+        check_fingerprint(study, spec, fingerprint)
+    study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
+    study.set_user_attr(STOP_ATTR, False)
+    return study
+
+
+def _readable_here(source: str) -> bool:
+    """Whether a dataset that may live on the workers only is on this host all the same."""
+    return source in BUILTIN_DATASETS or (source.endswith(".npz") and Path(source).is_file())
+
+
+def _new_study(
+    spec: StudySpec, storage: BaseStorage, target: str, fingerprint: str | None
+) -> optuna.Study:
+    study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(spec.metric_names)
+    if fingerprint is not None:
+        study.set_user_attr(DATA_ATTR, fingerprint)
+    study.set_user_attr("target", target)
+    study.set_user_attr("search_space", spec.search_space)
+    study.set_user_attr("dataset", spec.dataset)
+    study.set_user_attr("constraints", [str(c) for c in spec.constraints])
+    study.set_user_attr("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    study.set_user_attr(STOP_ATTR, False)
+    study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))  # last: it marks it complete
+    return study
+
+
+def _await_spec(storage: BaseStorage, name: str, timeout_s: float = 5.0) -> StudySpec:
+    """The spec of a study another process has just created, once it has written it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+        if SPEC_ATTR in attrs:
+            return parse_spec(attrs[SPEC_ATTR])
+        if time.monotonic() > deadline:
+            raise SpecError(f"study {name!r} exists but was not created by automl")
+        time.sleep(0.05)
+
+
+def check_fingerprint(study: optuna.Study, spec: StudySpec, fingerprint: str) -> None:
+    """Record the data's fingerprint with the study, or refuse data that differs from it.
+
+    Raises:
+        DataError: The study began on other data; its trials would mix two datasets.
+    """
+    stored = study.user_attrs.get(DATA_ATTR)
+    if stored is None:
+        study.set_user_attr(DATA_ATTR, fingerprint)
+    elif stored != fingerprint:
+        raise DataError(
+            f"dataset {spec.dataset!r} of study {spec.name!r} has changed since the study "
+            f"began (fingerprint {stored}, now {fingerprint}): its front would mix trials "
+            f"scored on both. Restore the data, or start a new study, e.g. --name {spec.name}-v2"
+        )
+
+
+def _require_raw_values(study: optuna.Study, spec: StudySpec) -> None:
+    """Refuse to resume a study whose objective values were stored as ``log10(...)``."""
+    if study.metric_names not in (None, spec.metric_names):
+        raise SpecError(
+            f"study {spec.name!r} stores objectives {study.metric_names}, from an automl that "
+            f"stored log10 values; its new trials would not compare. Start it under another "
+            "--name."
+        )
+
+
+def _spec_mismatch(name: str, stored: StudySpec, new: StudySpec) -> str:
+    old, now = stored.comparable(), new.comparable()
+    fields = sorted(k for k in old if old[k] != now.get(k))
+    return (
+        f"study {name!r} already exists with a different spec (fields {fields} differ). "
+        "Resume it with the same spec, or choose another --name."
+    )
+
+
+def readable_spec(user_attrs: dict) -> StudySpec | None:
+    """The automl spec in a study's user attrs, or None.
+
+    None for a study automl did not create, and for a stored spec this version cannot read
+    (`automl study show` names the problem).
+    """
+    if SPEC_ATTR not in user_attrs:
+        return None
+    try:
+        return parse_spec(user_attrs[SPEC_ATTR])
+    except AutomlError:
+        return None
+
+
+def _stored_spec(storage: BaseStorage, name: str) -> StudySpec | None:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+    return _await_spec(storage, name)
+
+
+def load(name: str, storage: BaseStorage) -> tuple[optuna.Study, StudySpec]:
+    """Open an automl study and its spec.
+
+    Raises:
+        StudyNotFound: No such study.
+    """
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError as e:
+        raise StudyNotFound(name) from e
+    if SPEC_ATTR not in study.user_attrs:
+        raise SpecError(f"study {name!r} exists but was not created by automl")
+    return study, parse_spec(study.user_attrs[SPEC_ATTR])
+
+
+def count_states(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    """Number of trials per state name."""
+    counts = dict.fromkeys(TRIAL_STATES, 0)
+    for trial in trials:
+        counts[trial.state.name] += 1
+    return counts
+
+
+def study_state(
+    spec: StudySpec,
+    counts: dict[str, int],
+    stop_requested: bool,
+    timed_out: bool = False,
+    forgiven: int = 0,
+) -> str:
+    """queued, running, done, stopped or failed, from the counts, stop flag and time budget.
+
+    ``forgiven`` failures (see :func:`retry_failed`) do not count towards the failure cap.
+    """
+    if spec.n_trials is not None and counts["COMPLETE"] >= spec.n_trials:
+        return "done"
+    if counts["RUNNING"]:
+        return "running"
+    if stop_requested:
+        return "stopped"
+    if counts["FAIL"] >= fail_cap(spec, forgiven):
+        return "failed"
+    return "done" if timed_out else "queued"
+
+
+def state_counts(storage: BaseStorage, study_id: int) -> tuple[dict[str, int], datetime | None]:
+    """Trials per state name and the first trial's start: one query on our RDB storages."""
+    return count_trial_states(storage, study_id)
+
+
+def first_start(trials: list[optuna.trial.FrozenTrial]) -> datetime | None:
+    """When the first of ``trials`` started; None when none has."""
+    return min((t.datetime_start for t in trials if t.datetime_start is not None), default=None)
+
+
+def out_of_time(spec: StudySpec, started: datetime | None) -> bool:
+    """Whether ``timeout_s`` has passed since ``started``, the study's first trial's start."""
+    if spec.timeout_s is None or started is None:
+        return False
+    return (datetime.now() - started).total_seconds() >= spec.timeout_s
+
+
+def fail_cap(spec: StudySpec, forgiven: int = 0) -> int:
+    """How many failed trials end a study: a space that keeps failing must not spin forever.
+
+    Args:
+        spec: The study's spec.
+        forgiven: Failures before the last :func:`retry_failed`, which no longer count.
+    """
+    return max(2 * (spec.n_trials or 0), 10) + forgiven
+
+
+def forgiven_failures(user_attrs: dict) -> int:
+    """How many failures of a study :func:`retry_failed` has forgiven (its user attrs)."""
+    return int(user_attrs.get(FORGIVEN_ATTR, 0))
+
+
+def retry_failed(name: str, storage: BaseStorage) -> int:
+    """Let a study that ended on too many failures run again, e.g. after its data was fixed.
+
+    The failures so far stay recorded as FAIL, but no longer count towards the cap; the
+    study's ``failures_forgiven`` user attr records how many.
+
+    Returns:
+        The number of failures forgiven.
+
+    Raises:
+        StudyNotFound: No such study.
+    """
+    study, _ = load(name, storage)
+    failed = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)))
+    study.set_user_attr(FORGIVEN_ATTR, failed)
+    return failed
+
+
+def get_study(name: str, storage: BaseStorage) -> StudyInfo:
+    """Spec, state, counts per trial state, ETA and failures with reasons."""
+    study, spec = load(name, storage)
+    trials = study.get_trials(deepcopy=False)
+    counts = count_states(trials)
+    stop_requested = bool(study.user_attrs.get(STOP_ATTR))
+    timed_out = out_of_time(spec, first_start(trials))
+    forgiven = forgiven_failures(study.user_attrs)
+    state = study_state(spec, counts, stop_requested, timed_out, forgiven)
+    # Optuna's retry callback appends the trial it re-runs to the retry's history.
+    retries = {
+        t.system_attrs["retry_history"][-1]: t.number
+        for t in trials
+        if t.system_attrs.get("retry_history")
+    }
+    failures = [
+        {
+            "number": t.number,
+            "reason": t.user_attrs.get(FAIL_REASON, LOST_WORKER),
+            "params": t.params,
+            "retried_as": retries.get(t.number),
+        }
+        for t in trials
+        if t.state.name == "FAIL"
+    ]
+    return StudyInfo(
+        name=name,
+        spec=spec.model_dump(mode="json"),
+        state=state,
+        counts=counts,
+        n_trials=spec.n_trials,
+        created_at=study.user_attrs.get("created_at"),
+        eta_s=_eta(trials, spec, counts) if state == "running" else None,
+        failures=failures,
+    )
+
+
+def _eta(trials: list[optuna.trial.FrozenTrial], spec: StudySpec, counts: dict) -> float | None:
+    done = [t for t in trials if t.datetime_complete and t.datetime_start]
+    if not done or spec.n_trials is None:
+        return None
+    mean_s = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done) / len(done)
+    parallel = max(counts["RUNNING"], 1)
+    return max(spec.n_trials - counts["COMPLETE"], 0) * mean_s / parallel
+
+
+def request_stop(name: str, storage: BaseStorage) -> None:
+    """Ask every worker of the study to stop after its running trial."""
+    study, _ = load(name, storage)
+    study.set_user_attr(STOP_ATTR, True)

@@ -1,0 +1,150 @@
+"""The Optuna objective: one trial of a study, recorded in attrs, constraints and artifacts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import optuna
+
+from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
+from automl.errors import DataError
+from automl.records import ARTIFACT_ID, FAIL_REASON, OVER_BUDGET, WORKER, constraint_attrs
+from automl.search.space import load_space
+from automl.storage.capabilities import count_taken, set_trial_attrs
+from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from automl.search.space import SearchSpace
+    from automl.search.spec import StudySpec
+    from automl.targets import Target
+    from automl.trials.stage_cache import StageCache
+
+logger = logging.getLogger("automl.trials.trial")
+
+
+@dataclass
+class StudyObjective:
+    """Callable objective for ``study.optimize``; failures become FAIL with their reason."""
+
+    spec: StudySpec
+    artifact_store: FileSystemArtifactStore
+    threads: int = 1
+    cache: StageCache | None = None
+    trial_id: int | None = None  # the trial this objective last started
+
+    def __call__(self, trial: optuna.Trial) -> list[float]:
+        self.trial_id = trial._trial_id
+        if self._over_budget(trial):
+            # Workers check for a free slot before asking; two can pass that check at once.
+            trial.set_user_attr(OVER_BUDGET, True)
+            raise optuna.TrialPruned(f"over budget: {self.spec.n_trials} trials already taken")
+        try:
+            return self._run(trial)
+        except Exception as e:
+            # Recorded for `study show` and the API; Optuna then marks the trial FAIL.
+            trial.set_user_attr(FAIL_REASON, f"{type(e).__name__}: {e}")
+            raise
+        except KeyboardInterrupt:  # a second Ctrl-C: Optuna marks the trial FAIL and re-raises
+            trial.set_user_attr(FAIL_REASON, "interrupted: a second Ctrl-C aborted the trial")
+            raise
+
+    def check_inputs(self) -> None:
+        """Load the space, target and dataset before any trial.
+
+        A file missing on this host then stops this worker's loop, instead of failing every
+        trial of the study.
+
+        Raises:
+            SpecError: The space or target cannot be loaded.
+            DataError: The dataset cannot be loaded.
+        """
+        _ = self._space_and_target
+        try:
+            cached_dataset(self.spec.dataset, self.spec.seed)
+        except DataError:
+            raise
+        except Exception as e:  # whatever a plugin or a broken file raises
+            raise DataError(f"dataset {self.spec.dataset!r}: {type(e).__name__}: {e}") from e
+
+    @cached_property
+    def _space_and_target(self) -> tuple[SearchSpace, Target]:
+        """Parsed once per objective: YAML and validation cost about 12 ms a trial."""
+        return load_space(self.spec.search_space), load_target(self.spec.target)
+
+    def _over_budget(self, trial: optuna.Trial) -> bool:
+        """Whether COMPLETE trials plus RUNNING ones started before this one fill ``n_trials``.
+
+        Trial numbers order the RUNNING trials, so concurrent workers agree on who is in.
+        """
+        if self.spec.n_trials is None:
+            return False
+        taken = count_taken(trial.storage, trial.study._study_id, trial.number)
+        return taken >= self.spec.n_trials
+
+    def _run(self, trial: optuna.Trial) -> list[float]:
+        from optuna.artifacts import upload_artifact
+
+        from automl.trials.trial import run_trial
+
+        space, target = self._space_and_target
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker)
+        try:
+            candidate = space.suggest(trial)
+        except Exception:  # a trial whose params cannot be suggested still says who ran it
+            _set_attrs(trial, {WORKER: worker})
+            raise
+        _set_attrs(trial, {WORKER: worker, "candidate": candidate.as_dict()})
+        data = cached_dataset(self.spec.dataset, self.spec.seed)
+        with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
+            outcome = run_trial(
+                candidate,
+                target,
+                data,
+                workdir,
+                seed=self.spec.seed,
+                threads=self.threads,
+                cache=self.cache,
+                constraints=self.spec.constraints,
+            )
+            artifact_id = upload_artifact(
+                artifact_store=self.artifact_store,
+                file_path=str(outcome.artifact),
+                study_or_trial=trial,
+                mimetype="application/octet-stream",
+            )
+        attrs = {
+            **outcome.metrics,
+            "timings": outcome.timings,
+            "reused": outcome.reused,
+            "latency": outcome.latency,
+            "latency_source": "measured",
+            # A measurement that hit its cap before its CI was tight ran on a noisy machine.
+            "latency_noisy": not (outcome.latency["converged"] or outcome.latency["over_budget"]),
+            "env": outcome.env,
+            "history": outcome.history,
+            "preprocessing": data.preprocessing,
+            DESCRIPTION_ATTR: describe_dataset(data),
+            ARTIFACT_ID: artifact_id,
+        }
+        violations = [c.violation(outcome.metrics) for c in self.spec.constraints]
+        attrs["feasible"] = all(v <= 0 for v in violations)
+        _set_attrs(trial, attrs, constraint_attrs(violations))
+        return [o.value(outcome.metrics) for o in self.spec.objectives]
+
+
+def _set_attrs(trial: optuna.Trial, user_attrs: dict, system_attrs: dict | None = None) -> None:
+    """Set attrs on ``trial``: in one transaction where the storage can (ours can)."""
+    system_attrs = system_attrs or {}
+    set_trial_attrs(trial.storage, trial._trial_id, user_attrs, system_attrs)
+    # As Trial.set_user_attr keeps them (Optuna has no public way to refresh a live trial):
+    trial._cached_frozen_trial.user_attrs.update(user_attrs)
+    trial._cached_frozen_trial.system_attrs.update(system_attrs)

@@ -1,0 +1,112 @@
+"""Re-measuring the latency of a study's Pareto trials, e.g. after a noisy run, or to decide
+a latency budget on more runs than a trial takes."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from automl.data import cached_dataset
+from automl.pipeline.latency import latency_stats, ort_run_timer
+from automl.pipeline.latency_decision import (
+    LATENCY_METRICS,
+    decide_all,
+    quantile_interval,
+    sample_until_decided,
+)
+from automl.records import ARTIFACT_ID
+from automl.service.read import pareto_front
+from automl.service.studies import load
+from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna.storages import BaseStorage
+
+    from automl.pipeline.latency_decision import Budget
+
+REMEASURED_ATTR = "remeasured_front"
+_MIN_RUNS = 200
+_REL_CI = 0.01  # the median's 95% half-width, as a fraction of it
+_QUANTILES = {"latency_p50_ms": 0.5, "latency_p90_ms": 0.9, "latency_p99_ms": 0.99}
+
+
+def remeasure_front(
+    name: str,
+    storage: BaseStorage,
+    artifact_store: FileSystemArtifactStore,
+    *,
+    budgets: Sequence[Budget] | None = None,
+    max_seconds: float = 5.0,
+) -> dict[int, dict]:
+    """Measure every front trial's model again, one after the other, until its budgets are decided.
+
+    Each model gets at least 200 timed runs, then more until the median's 95% interval is
+    within ±1 % and every latency budget is decided (see
+    :func:`automl.pipeline.latency_decision.sample_until_decided`), or ``max_seconds`` pass.
+    Finished trials cannot change, so the records go into the study user attr
+    ``remeasured_front`` (trial number → record), replacing the last re-measurement.
+
+    Args:
+        name: The study.
+        storage: Its storage.
+        artifact_store: Where its models are.
+        budgets: Budgets to decide; None for the study's constraints. Those on other metrics
+            than latency are left out.
+        max_seconds: Cap on each model's timed runs.
+
+    Returns:
+        By trial number: the latency statistics of the new runs (``p50_ms``… ``runs``), the
+        first measurement's ``first_p50_ms``, ``intervals`` (p50/p90/p99 with their 95%
+        intervals), ``decisions`` (one per budget, in order), ``stop`` (``decided`` or
+        ``cap``), ``converged`` (the median's interval target was reached) and ``env``.
+
+    Raises:
+        TargetUnavailable: This machine does not have the study's target.
+    """
+    from optuna.artifacts import download_artifact
+
+    study, spec = load(name, storage)
+    target = load_target(spec.target)
+    data = cached_dataset(spec.dataset, spec.seed)
+    kept = [
+        b for b in (spec.constraints if budgets is None else budgets) if b.metric in LATENCY_METRICS
+    ]
+    results: dict[int, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="automl-remeasure-") as workdir:
+        for record in pareto_front(name, storage):
+            path = Path(workdir) / f"trial-{record['number']}.onnx"
+            attrs = record["user_attrs"]
+            download_artifact(
+                artifact_store=artifact_store, file_path=str(path), artifact_id=attrs[ARTIFACT_ID]
+            )
+            batch = attrs["candidate"]["batch_size"]
+            run_once, env = ort_run_timer(path, target, data.x_test, batch)
+            samples, stop = sample_until_decided(
+                run_once, batch, kept, min_runs=_MIN_RUNS, rel_ci=_REL_CI, max_seconds=max_seconds
+            )
+            results[record["number"]] = {
+                **_record(samples, batch, kept),
+                "stop": stop,
+                "first_p50_ms": attrs["latency_p50_ms"],
+                "source": "onnxruntime",
+                "provider": env["provider"],
+                "env": env,
+            }
+    study.set_user_attr(REMEASURED_ATTR, {str(k): v for k, v in results.items()})
+    return results
+
+
+def _record(samples: list[float], batch_size: int, budgets: Sequence[Budget]) -> dict:
+    """Statistics, quantile intervals and decisions of one model's runs, JSON-able."""
+    stats = latency_stats(samples, batch_size)
+    return {
+        **asdict(stats),
+        "converged": stats.ci_rel <= _REL_CI,
+        "intervals": {m: quantile_interval(samples, q).as_dict() for m, q in _QUANTILES.items()},
+        "decisions": [d.as_dict() for d in decide_all(samples, batch_size, budgets)],
+    }

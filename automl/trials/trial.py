@@ -1,0 +1,190 @@
+"""One trial end to end: candidate + target → a quantized ONNX artifact and its metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from automl.pipeline._ort import make_session
+from automl.pipeline.evaluate import Evaluation, evaluate
+from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
+from automl.pipeline.torch_cuda_latency import check_measurable, times_with_torch
+from automl.targets import require_present
+from automl.trials.stages import CachedStages, timed
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from torch import nn
+
+    from automl.candidate import Candidate
+    from automl.data import Dataset
+    from automl.search.spec import Constraint
+    from automl.targets import Target
+    from automl.trials.stage_cache import StageCache
+
+STAGES = ("train", "prune", "export", "quantize", "evaluate", "latency")
+# Latency metrics that are a quantile of the per-batch times.
+_QUANTILE_OF = {"latency_p50_ms": 0.5, "latency_p90_ms": 0.9, "latency_p99_ms": 0.99}
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """The deployable artifact, every metric, stage timings and the environment fingerprint."""
+
+    artifact: Path
+    metrics: dict[str, float]
+    timings: dict[str, float]
+    latency: dict
+    env: dict
+    history: dict
+    reused: dict[str, bool]
+
+
+def run_trial(
+    candidate: Candidate,
+    target: Target,
+    data: Dataset,
+    workdir: Path | str,
+    *,
+    seed: int = 0,
+    threads: int = 1,
+    cache: StageCache | None = None,
+    constraints: Sequence[Constraint] = (),
+) -> TrialOutcome:
+    """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.
+
+    With a ``cache``, trained weights, pruned and fine-tuned weights, fp32 graphs and quantized
+    graphs are reused when a previous trial produced them from the same inputs; a trial whose
+    graph is cached builds no torch model. Evaluation and latency are always run.
+
+    Args:
+        candidate: The point of the search space.
+        target: Where latency is measured; its hardware must be present.
+        data: The split dataset.
+        workdir: Folder for the ONNX files of this trial.
+        seed: Seed of initialisation, training and fine-tuning.
+        threads: Torch threads for training.
+        cache: Stage cache, or None to compute everything.
+        constraints: The study's constraints; those on latency stop the timing of a candidate
+            once its runs prove it infeasible (see :class:`LatencyBudget`).
+
+    Returns:
+        The quantized artifact and its metrics: ``accuracy`` on the validation split (what the
+        search sees) and ``test_accuracy`` on the test split (what the report shows beside it).
+
+    Raises:
+        TargetUnavailable: Before any work, when the target's hardware is absent.
+        UnsupportedQuantization: The bit-width does not apply to this model, or cannot be
+            timed on this host (checked before any work).
+        TrialFailed: A stage could not produce a valid candidate.
+    """
+    require_present(target)
+    check_measurable(target, candidate.bits)
+    stages = CachedStages(
+        candidate, data, Path(workdir), seed, threads, _torch_device(target), cache
+    )
+    timings = dict.fromkeys(STAGES, 0.0)
+    quantized, onnx_diff, built = stages.quantized(timings)
+    (evaluation, test_evaluation), latency = evaluate_and_measure(
+        quantized.path, target, data, candidate.batch_size, timings=timings, bits=candidate.bits,
+        torch_model=stages.pruned(timings)[0].model if times_with_torch(target) else None,
+        budgets=latency_budgets(constraints, candidate.batch_size),
+    )  # fmt: skip
+    metrics = {
+        "accuracy": evaluation.accuracy,
+        "test_accuracy": test_evaluation.accuracy,
+        "latency_p50_ms": latency.p50_ms,
+        "latency_p90_ms": latency.p90_ms,
+        "latency_p99_ms": latency.p99_ms,
+        "latency_per_sample_ms": latency.per_sample_ms,
+        "throughput_sps": latency.throughput_sps,
+        "size_mb": quantized.size_bytes / 1e6,
+        "params": float(built["params_after"]),
+        "macs": float(built["macs_after"]),
+        "params_unpruned": float(built["params_before"]),
+        "macs_unpruned": float(built["macs_before"]),
+    }
+    return TrialOutcome(
+        artifact=quantized.path,
+        metrics=metrics,
+        timings=timings,
+        latency={**latency.as_dict(), "method": quantized.method},
+        env=latency.env,
+        history={
+            "train": built["train"],
+            "finetune": built["finetune"],
+            "confusion": [list(row) for row in evaluation.confusion],
+            "test_confusion": [list(row) for row in test_evaluation.confusion],
+            "onnx_max_abs_diff": onnx_diff,
+        },
+        reused=stages.reused,
+    )
+
+
+def evaluate_and_measure(
+    model_path: Path,
+    target: Target,
+    data: Dataset,
+    batch_size: int,
+    *,
+    timings: dict[str, float],
+    bits: int = 32,
+    torch_model: nn.Module | None = None,
+    budgets: Sequence[LatencyBudget] = (),
+) -> tuple[tuple[Evaluation, Evaluation], Latency]:
+    """Accuracy of an ONNX model at the serving batch, then its latency in the same session.
+
+    The validation split's accuracy is what the search optimises; the test split's is only
+    reported, so that the front's accuracies are not selected on the figures it shows.
+    Evaluation runs both at ``batch_size``, so the session is warm by then: the latency stage
+    gives it one more untimed run (only the last test batch may be shorter), or its full
+    warm-up where the test set is smaller than a batch.
+
+    Args:
+        model_path: The ONNX file.
+        target: Where it runs; its hardware must be present.
+        data: The dataset; its validation and test splits are evaluated, and its test inputs
+            fed to the timed runs.
+        batch_size: The serving batch.
+        timings: Seconds of ``evaluate`` and ``latency`` are added here.
+        bits: The candidate's bit-width (for the torch-cuda path; see :func:`measure_latency`).
+        torch_model: The same model in torch, for that path.
+        budgets: Latency budgets that stop the timing early (see :class:`LatencyBudget`).
+    """
+    with timed(timings, "evaluate"):
+        session = make_session(model_path, target.execution_providers, target.intra_op_threads)
+        # At the serving batch: dynamic int8 scales depend on the batch.
+        evaluations = tuple(
+            evaluate(session, x, y, num_classes=data.num_classes, batch_size=batch_size)
+            for x, y in ((data.x_val, data.y_val), (data.x_test, data.y_test))
+        )
+    warm = {"warmup_runs": 1} if len(data.x_test) >= batch_size else {}
+    with timed(timings, "latency"):
+        latency = measure_latency(
+            session, target, data.x_test, batch_size,
+            torch_model=torch_model, bits=bits, budgets=budgets, **warm,
+        )  # fmt: skip
+    return evaluations, latency
+
+
+def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[LatencyBudget]:
+    """The latency constraints among ``constraints`` as per-batch budgets at ``batch_size``."""
+    budgets = []
+    for c in constraints:
+        if c.op == "<=" and c.metric in _QUANTILE_OF:
+            budgets.append(LatencyBudget(c.bound, _QUANTILE_OF[c.metric]))
+        elif c.op == "<=" and c.metric == "latency_per_sample_ms":  # the median per sample
+            budgets.append(LatencyBudget(c.bound * batch_size, 0.5))
+        elif c.op == ">=" and c.metric == "throughput_sps" and c.bound > 0:  # of the median
+            budgets.append(LatencyBudget(1000 * batch_size / c.bound, 0.5))
+    return budgets
+
+
+def _torch_device(target: Target) -> str:
+    if target.kind == "cuda" and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"

@@ -1,0 +1,312 @@
+"""A prepared check of the GPU path, for a machine with an NVIDIA GPU; writes one JSON file.
+
+Run: ``python -m bench.gpu_check --out gpu_check.json`` (about 1 to 5 minutes on an H100/H200).
+
+It records the environment (GPUs, driver, CUDA, cuDNN, TensorRT, ONNX Runtime build and
+providers), trains a small digits CNN on the CPU, and for each method and provider it runs:
+node placement counts (and whether every compute node ran on that provider), the median of
+**device-resident** runs (IO binding, inputs and outputs on the GPU, synchronised), the median of
+**end-to-end** runs (numpy in, numpy out: host-to-device and back included), and accuracy on
+the GPU against the CPU execution provider. Without the CUDA provider, the same rows run on
+the CPU provider instead (no device figures), so the recipes are still checked. Then one ``automl study start --target T
+--n-trials 4`` end to end, T being the NVIDIA target this machine matches.
+
+Each check is ``pass``, ``fail`` or ``missing`` (a package or the hardware is absent: the
+JSON says which, and how to install it). Exit status: 0 all passed, 1 a check failed, 2 none
+failed but some could not run. The JSON is written in every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from automl.candidate import ArchConfig, TrainConfig
+from automl.data import load_dataset
+from automl.errors import AutomlError, TrialFailed
+from automl.models import build_model
+from automl.pipeline._ort import make_session
+from automl.pipeline.export import export_onnx
+from automl.pipeline.ort_packages import installed_ort_builds, require_single_ort
+from automl.pipeline.placement import check_placement, node_placements, placement_counts
+from automl.pipeline.quantize import quantize_method
+from automl.pipeline.train import train
+from automl.targets import detect_gpu_names, is_present, list_targets
+
+CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
+# (method, provider it must run on). fp32 on the CUDA EP runs with TF32 off: true fp32.
+PLAN = [(m, CUDA) for m in ("fp32", "fp16")] + [(m, TRT) for m in ("fp32", "fp16", "int8-trt")]
+NOT_BUILT = {"fp8-trt": "not built yet: ORT's fp8 calibration saturates the digits CNN logits"}
+BATCHES = (1, 64)
+ACCURACY_TOLERANCE = {"fp32": 0.01, "fp16": 0.01, "int8-trt": 0.02}
+INSTALL = "make install-gpu (GPU_EXTRAS=dev,gpu,tensorrt for TensorRT)"
+_TIMED_SECONDS = 0.5
+
+
+class Report:
+    """The JSON being built: environment, checks, per-method rows and the study."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {"checks": [], "methods": [], "study": None}
+
+    def check(self, name: str, status: str, detail: str = "") -> bool:
+        self.data["checks"].append({"name": name, "status": status, "detail": detail})
+        print(f"[{status:7}] {name}{': ' + detail if detail else ''}", flush=True)
+        return status == "pass"
+
+    def exit_status(self) -> int:
+        statuses = {c["status"] for c in self.data["checks"]}
+        return 1 if "fail" in statuses else 2 if "missing" in statuses else 0
+
+
+def _run(command: list[str], timeout: float = 30.0) -> str:
+    """A command's stdout, or ``""`` when it is missing or fails."""
+    if shutil.which(command[0]) is None:
+        return ""
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _version(*distributions: str) -> str | None:
+    for name in distributions:
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def environment(report: Report) -> dict[str, Any]:
+    """Record the machine and its GPU stack, and check that one ORT build with CUDA is here."""
+    import onnxruntime as ort
+
+    if hasattr(ort, "preload_dlls"):  # CUDA and cuDNN from the nvidia-* wheels, if present
+        try:
+            ort.preload_dlls()
+        except (OSError, RuntimeError) as e:
+            report.check("preload CUDA/cuDNN libraries", "fail", str(e))
+    query = "index,name,uuid,driver_version,mig.mode.current"
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "nvidia_smi": _run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"]),
+        "gpu_names": detect_gpu_names(),
+        "ort_builds": installed_ort_builds(d.metadata["Name"] for d in metadata.distributions()),
+        "onnxruntime": ort.__version__,
+        "ort_providers": ort.get_available_providers(),
+        "tensorrt": _version("tensorrt-cu13", "tensorrt-cu12", "tensorrt"),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "targets_present": [t.name for t in list_targets() if is_present(t)],
+    }
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["torch_cuda"] = torch.version.cuda
+        env["torch_cuda_available"] = torch.cuda.is_available()
+        env["cudnn"] = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    except ImportError as e:
+        env["torch"] = f"missing: {e}"
+    report.data["environment"] = env
+    try:
+        require_single_ort()
+        report.check("one ONNX Runtime build", "pass", ", ".join(env["ort_builds"]))
+    except AutomlError as e:  # two builds: the message has the fix
+        report.check("one ONNX Runtime build", "fail", str(e))
+    gpus = env["gpu_names"]
+    report.check("NVIDIA GPU", "pass" if gpus else "missing", ", ".join(gpus) or "none found")
+    for provider in (CUDA, TRT):
+        here = provider in env["ort_providers"]
+        how = "" if here else f"this onnxruntime has no {provider}; install: {INSTALL}"
+        report.check(f"{provider} available", "pass" if here else "missing", how)
+    return env
+
+
+def prepare_model(workdir: Path) -> tuple[Path, Any]:
+    """A trained digits CNN (trained on the CPU) exported to ONNX, and the dataset."""
+    data = load_dataset("digits", seed=0)
+    model = build_model(ArchConfig("cnn", 16, 2), data.input_shape, data.num_classes, seed=0)
+    trained = train(model, data, TrainConfig(epochs=4), seed=0).model
+    return export_onnx(trained, data.x_test[:64], workdir / "model-fp32.onnx").path, data
+
+
+def _accuracy(session: Any, x: np.ndarray, y: np.ndarray) -> float:
+    name = session.get_inputs()[0].name
+    logits = np.concatenate(
+        [session.run(None, {name: x[i : i + 64]})[0] for i in range(0, len(x), 64)]
+    )
+    return float(np.mean(logits.argmax(axis=1) == y))
+
+
+def _p50(run_once: Any) -> float:
+    """Median milliseconds of ``run_once`` over about half a second, after a warm-up."""
+    for _ in range(20):
+        run_once()
+    times: list[float] = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < _TIMED_SECONDS and len(times) < 5000:
+        t0 = time.perf_counter_ns()
+        run_once()
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return float(np.median(times))
+
+
+def _end_to_end_p50(session: Any, batch: np.ndarray) -> float:
+    feed = {session.get_inputs()[0].name: batch}
+    return _p50(lambda: session.run(None, feed))
+
+
+def _device_p50(session: Any, batch: np.ndarray) -> float:
+    """Inputs and outputs stay on GPU 0; each run is synchronised."""
+    import onnxruntime as ort
+
+    binding = session.io_binding()
+    binding.bind_ortvalue_input(
+        session.get_inputs()[0].name, ort.OrtValue.ortvalue_from_numpy(batch, "cuda", 0)
+    )
+    for output in session.get_outputs():
+        binding.bind_output(output.name, "cuda", 0)
+
+    def run_once() -> None:
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+
+    return _p50(run_once)
+
+
+def _options(method: str, provider: str, cache: Path) -> dict[str, dict[str, str]]:
+    if provider == CPU:
+        return {}
+    if provider == CUDA:
+        return {CUDA: {"use_tf32": "0"}}  # fp32 means fp32, not TF32 (the CUDA EP's default)
+    return {
+        TRT: {
+            "trt_fp16_enable": str(method == "fp16"),
+            "trt_int8_enable": str(method == "int8-trt"),
+            "trt_engine_cache_enable": "True",
+            "trt_timing_cache_enable": "True",
+            "trt_engine_cache_path": str(cache),
+        },
+        CUDA: {"use_tf32": "0"},
+    }
+
+
+def method_row(
+    report: Report, method: str, provider: str, fp32: Path, data: Any, workdir: Path
+) -> dict[str, Any]:
+    """Quantize by ``method``, run it on ``provider`` and on the CPU EP, and check it."""
+    name = f"{method} on {provider}"
+    row: dict[str, Any] = {"method": method, "provider": provider}
+    out = workdir / "quantized" / f"{method}.onnx"
+    path = quantize_method(fp32, out, method, calibration=data.x_calib).path
+    row["accuracy_cpu_ep"] = _accuracy(make_session(path, [CPU], 1), data.x_test, data.y_test)
+    providers = list(dict.fromkeys([provider, CUDA, CPU] if provider == TRT else [provider, CPU]))
+    session = make_session(path, providers, 1, _options(method, provider, workdir / "trt"))
+    placements = node_placements(session)
+    row["placement"] = placement_counts(placements)
+    try:
+        check_placement(placements, provider)
+        report.check(f"{name}: compute nodes placed", "pass", json.dumps(row["placement"]))
+    except TrialFailed as e:  # it names the stray nodes
+        report.check(f"{name}: compute nodes placed", "fail", str(e))
+    row["accuracy"] = _accuracy(session, data.x_test, data.y_test)
+    gap = abs(row["accuracy"] - row["accuracy_cpu_ep"])
+    bound = ACCURACY_TOLERANCE[method]
+    report.check(
+        f"{name}: accuracy against the CPU EP",
+        "pass" if gap <= bound else "fail",
+        f"{row['accuracy']:.4f} vs {row['accuracy_cpu_ep']:.4f} (bound {bound})",
+    )
+    for batch_size in BATCHES:
+        batch = np.ascontiguousarray(data.x_test[np.arange(batch_size) % len(data.x_test)])
+        row[f"end_to_end_p50_ms_b{batch_size}"] = _end_to_end_p50(session, batch)
+        if provider != CPU:
+            row[f"device_p50_ms_b{batch_size}"] = _device_p50(session, batch)
+    if provider != CPU:
+        row["tf32"] = False if provider == CUDA else "TensorRT's default for fp32 layers"
+    return row
+
+
+def run_study(report: Report, target: str | None, workdir: Path) -> None:
+    """``automl study start --target T --n-trials 4`` in a fresh folder and storage."""
+    if target is None:
+        report.check("study end to end", "missing", "no NVIDIA target matches this machine")
+        return
+    command = [sys.executable, "-m", "automl", "study", "start", "--target", target]
+    command += ["--n-trials", "4"]
+    command += ["--name", "gpu-check", "--storage", f"sqlite:///{workdir}/study.db"]
+    env = {**os.environ, "AUTOML_ARTIFACTS_DIR": str(workdir / "artifacts")}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=240, cwd=workdir, env=env
+        )
+        rc, tail = done.returncode, (done.stdout + done.stderr)[-3000:]
+    except subprocess.TimeoutExpired as e:
+        rc, tail = None, f"timed out after {e.timeout} s"
+    report.data["study"] = {
+        "command": " ".join(["automl", *command[3:]]),
+        "rc": rc,
+        "seconds": round(time.perf_counter() - start, 1),
+        "output_tail": tail,
+    }
+    report.check("study end to end", "pass" if rc == 0 else "fail", f"rc={rc}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
+    parser.add_argument("--no-study", action="store_true", help="skip the end-to-end study")
+    args = parser.parse_args(argv)
+    report = Report()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
+        workdir = Path(tmp)
+        try:
+            env = environment(report)
+            fp32, data = prepare_model(workdir)
+            plan = list(PLAN)
+            if CUDA not in env["ort_providers"]:  # still run the recipes, on the CPU EP
+                plan += [(method, CPU) for method in dict(PLAN)]
+            for method, provider in plan:
+                if provider not in env["ort_providers"]:
+                    report.check(f"{method} on {provider}", "missing", f"install: {INSTALL}")
+                    continue
+                try:
+                    report.data["methods"].append(
+                        method_row(report, method, provider, fp32, data, workdir)
+                    )
+                except Exception as e:  # one method's failure must not hide the others'
+                    report.check(f"{method} on {provider}", "fail", f"{type(e).__name__}: {e}")
+            for method, why in NOT_BUILT.items():
+                report.check(method, "missing", why)
+            if not args.no_study:
+                nvidia = [t for t in env["targets_present"] if t != "cpu"]
+                run_study(report, nvidia[0] if nvidia else None, workdir)
+        except Exception as e:  # a broken environment is a result too: record it, write the JSON
+            report.check("gpu_check", "fail", f"{type(e).__name__}: {e}")
+    report.data["seconds"] = round(time.perf_counter() - started, 1)
+    report.data["exit_status"] = report.exit_status()
+    args.out.write_text(json.dumps(report.data, indent=2, default=str) + "\n")
+    print(f"wrote {args.out}; exit status {report.data['exit_status']}", flush=True)
+    return report.data["exit_status"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The shipped search spaces, packaged as ``automl.search_spaces``: one YAML file each."""

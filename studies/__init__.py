@@ -1,0 +1,1 @@
+"""Study specs; the shipped default (``digits.yaml``) is packaged as ``automl.default_studies``."""

@@ -1,0 +1,82 @@
+"""The quantization methods table: names, derived bit-widths, the old form, converters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from automl.candidate import BITS as CANDIDATE_BITS
+from automl.errors import SpecError, UnsupportedQuantization
+from automl.pipeline import quantize as quantize_module
+from automl.pipeline.methods import (
+    BITS,
+    METHODS,
+    get_method,
+    method_for,
+    methods_for_bits,
+)
+
+
+def test_derived_bits_equal_the_old_bits() -> None:
+    assert BITS == (32, 16, 8, 4) == CANDIDATE_BITS == quantize_module.SUPPORTED_BITS
+
+
+@pytest.mark.parametrize(
+    ("bits", "int8_mode", "name"),
+    [
+        (32, "static", "fp32"),
+        (32, "dynamic", "fp32"),  # int8_mode counts only for 8 bits
+        (16, "static", "fp16"),
+        (8, "static", "int8-static"),
+        (8, "dynamic", "int8-dynamic"),
+        (4, "static", "int4-weight"),
+    ],
+)
+def test_the_old_form_names_a_method(bits: int, int8_mode: str, name: str) -> None:
+    method = method_for(bits, int8_mode)
+
+    assert method.name == name
+    assert method.bits == bits
+
+
+def test_the_old_form_refuses_what_it_refused() -> None:
+    with pytest.raises(UnsupportedQuantization, match=r"bits=3 .*\(32, 16, 8, 4\)"):
+        method_for(3)
+    with pytest.raises(SpecError, match="'static', 'dynamic'"):
+        method_for(8, "qat")
+
+
+def test_every_row_names_a_converter_of_the_quantize_stage() -> None:
+    assert {m.converter for m in METHODS.values()} == set(quantize_module._CONVERTERS)
+
+
+def test_rows_are_frozen_with_distinct_names_and_cache_tags() -> None:
+    assert all(name == m.name for name, m in METHODS.items())
+    assert len({m.cache_tag for m in METHODS.values()}) == len(METHODS)
+    assert quantize_module.STATIC_INT8_RECIPE == "qdq-u8s8-per-channel-reduce-range"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        METHODS["fp32"].bits = 16  # type: ignore[misc]
+
+
+def test_calibration_is_declared_by_the_static_methods() -> None:
+    calibrated = {m.name for m in METHODS.values() if m.needs_calibration}
+
+    assert calibrated == {"int8-static", "int8-trt"}
+
+
+def test_methods_of_bit_widths_follow_the_old_form() -> None:
+    assert methods_for_bits([32, 16, 8, 4]) == (
+        "fp32",
+        "fp16",
+        "int8-static",
+        "int8-dynamic",
+        "int4-weight",
+    )
+    assert methods_for_bits([8]) == ("int8-static", "int8-dynamic")
+
+
+def test_unknown_method() -> None:
+    assert get_method("int8-trt").bits == 8
+    with pytest.raises(SpecError, match="unknown quantization method 'fp4'; known: fp32, "):
+        get_method("fp4")

@@ -1,0 +1,58 @@
+"""Two ONNX Runtime builds installed side by side are refused, with the fix in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from automl.errors import AutomlError
+from automl.pipeline.ort_packages import (
+    check_single_ort,
+    installed_ort_builds,
+    require_single_ort,
+)
+
+
+def test_one_build_passes() -> None:
+    check_single_ort(["numpy", "onnxruntime", "onnxruntime-extensions", "torch"])
+    check_single_ort(["onnxruntime-gpu", "onnxruntime-genai"])
+    check_single_ort([])
+
+
+def test_cpu_and_gpu_builds_are_refused_keeping_the_gpu_one() -> None:
+    with pytest.raises(AutomlError) as info:
+        check_single_ort(["numpy", "onnxruntime", "onnxruntime-gpu"])
+
+    message = str(info.value)
+    assert "onnxruntime and onnxruntime-gpu are installed together" in message
+    fix = "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu"
+    assert fix in message
+    assert "make install-gpu" in message
+
+
+def test_names_are_compared_in_normal_form() -> None:
+    assert installed_ort_builds(["ONNXRuntime_GPU", "onnxruntime.gpu", "ort_nightly"]) == [
+        "onnxruntime-gpu",
+        "ort-nightly",
+    ]
+    with pytest.raises(AutomlError, match=r"pip install onnxruntime$"):
+        check_single_ort(["onnxruntime", "onnxruntime_openvino"])
+
+
+def test_this_environment_has_one_build() -> None:
+    require_single_ort()  # the CPU install: onnxruntime alone
+
+
+def test_the_check_imports_neither_onnxruntime_nor_torch() -> None:
+    code = (
+        "import sys; from automl.pipeline.ort_packages import require_single_ort; "
+        "require_single_ort(); "
+        "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+
+    assert out.strip() == "[]"

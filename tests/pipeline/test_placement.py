@@ -1,0 +1,133 @@
+"""Node placement: recorded by every session, and checked against the target's provider."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from automl.errors import AutomlError, TrialFailed
+from automl.pipeline._ort import make_session
+from automl.pipeline.latency import measure_latency
+from automl.pipeline.placement import (
+    NodePlacement,
+    check_placement,
+    is_compute,
+    node_placements,
+    placement_counts,
+)
+from automl.pipeline.quantize import quantize
+from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CPU = "CPUExecutionProvider"
+
+
+@pytest.mark.parametrize(
+    "op_type",
+    [
+        *("Conv", "Gemm", "MatMul", "FusedConv", "FusedMatMul", "ConvInteger", "MatMulInteger"),
+        *("QLinearConv", "QLinearMatMul", "QGemm", "MatMulNBits", "DynamicQuantizeMatMul"),
+    ],
+)
+def test_compute_operators(op_type: str) -> None:
+    assert is_compute(op_type)
+
+
+@pytest.mark.parametrize(
+    "op_type", ["Relu", "Add", "Cast", "MemcpyToHost", "QuantizeLinear", "Flatten", "Reshape"]
+)
+def test_other_operators_may_run_anywhere(op_type: str) -> None:
+    assert not is_compute(op_type)
+
+
+def test_a_cpu_session_records_every_node_on_the_cpu(exported_models) -> None:
+    session = make_session(exported_models["mlp"], [CPU], 1)
+
+    placements = node_placements(session)
+
+    assert {p.provider for p in placements} == {CPU}
+    assert [p.op_type for p in placements] == ["Flatten", "Gemm", "Relu", "Gemm"]
+    assert check_placement(placements, CPU) == {CPU: 4}
+
+
+def test_compute_on_another_provider_fails_the_trial_naming_the_nodes(
+    digits, exported_models, tmp_path: Path
+) -> None:
+    # int8 dynamic, the graph the CUDA provider cannot run: expected on CUDA, it runs on the CPU.
+    path = quantize(exported_models["cnn"], tmp_path / "q8.onnx", 8, int8_mode="dynamic").path
+    placements = node_placements(make_session(path, [CPU], 1))
+
+    with pytest.raises(TrialFailed) as info:
+        check_placement(placements, "CUDAExecutionProvider")
+
+    message = str(info.value)
+    assert "3 compute node(s) do not run on CUDAExecutionProvider" in message
+    for conv in ("/features/features.0/Conv_quant", "/features/features.3/Conv_quant"):
+        assert f"ConvInteger '{conv}' on CPUExecutionProvider" in message
+    assert "MatMulInteger '/classifier/Gemm_MatMul_quant' on CPUExecutionProvider" in message
+
+
+def test_a_long_list_of_stray_nodes_is_cut() -> None:
+    placements = [NodePlacement(CPU, "Conv", f"conv{i}") for i in range(13)]
+
+    with pytest.raises(TrialFailed, match=r"'conv9' on CPUExecutionProvider and 3 more\."):
+        check_placement(placements, "TensorrtExecutionProvider")
+
+
+def test_counts_are_per_provider() -> None:
+    placements = [
+        NodePlacement("CUDAExecutionProvider", "Conv", "a"),
+        NodePlacement(CPU, "Shape", "b"),
+        NodePlacement("CUDAExecutionProvider", "Relu", "c"),
+    ]
+
+    assert check_placement(placements, "CUDAExecutionProvider") == {
+        CPU: 1,
+        "CUDAExecutionProvider": 2,
+    }
+    assert placement_counts([]) == {}
+
+
+def test_a_session_that_does_not_record_is_refused(exported_models) -> None:
+    session = ort.InferenceSession(str(exported_models["mlp"]), providers=[CPU])
+
+    with pytest.raises(AutomlError, match="does not record node placement"):
+        node_placements(session)
+
+
+@pytest.mark.skipif(
+    "AzureExecutionProvider" not in ort.get_available_providers(),
+    reason="this ONNX Runtime has no second provider to register first",
+)
+def test_the_registered_provider_is_not_where_nodes_run(digits, exported_models) -> None:
+    # The Azure provider registers first and takes no node: get_providers()[0] names it while
+    # the CPU runs everything, as the CUDA provider does with an int8 dynamic graph.
+    target = dataclasses.replace(
+        load_target("cpu"), execution_providers=("AzureExecutionProvider", CPU)
+    )
+    session = make_session(exported_models["mlp"], target.execution_providers, 1)
+    assert session.get_providers()[0] == "AzureExecutionProvider"
+
+    with pytest.raises(TrialFailed, match=r"Gemm '/features/features\.1/Gemm' on CPU"):
+        measure_latency(session, target, digits.x_test, 1, min_runs=10)
+
+
+def test_a_measurement_records_its_placement(digits, exported_models) -> None:
+    lat = measure_latency(exported_models["cnn"], load_target("cpu"), digits.x_test, 1)
+
+    assert lat.env["placement"] == {CPU: 7}  # 2 × (Conv, Relu), pool, Flatten, Gemm
+
+
+def test_the_fallback_to_the_cpu_is_disabled(exported_models) -> None:
+    session = make_session(exported_models["mlp"], [CPU], 1)
+    x = np.zeros((1, 1, 8, 8), np.float32)
+
+    # With fallback enabled, ORT's Python run would retry a failing provider on the CPU alone.
+    assert not session._enable_fallback
+    assert session.run(None, {"input": x})[0].shape == (1, 10)

@@ -1,0 +1,149 @@
+"""The HTML report of a study run by the real CLI, rendered in real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import FEASIBLE_AND_INFEASIBLE, SIZE_BUDGET, run_cli_study
+from optuna.distributions import IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from automl.report.html import FRONT_DATA_ID, latency_metric, write_report
+from automl.service.read import pareto_front
+from automl.service.studies import load
+
+NAME = "rep"
+REASON = "RuntimeError: <b>export failed</b> & <script>alert(1)</script>"
+SPEC = {
+    "name": NAME,
+    "search_space": "digits-mlp",
+    "n_trials": 4,
+    "constraints": SIZE_BUDGET,
+}
+
+
+@pytest.fixture(scope="module")
+def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    run = run_cli_study(tmp_path_factory.mktemp("report"), SPEC, FEASIBLE_AND_INFEASIBLE)
+    failed = create_trial(
+        state=TrialState.FAIL,
+        params={"arch.width": 16},
+        distributions={"arch.width": IntDistribution(16, 128, step=16)},
+        user_attrs={"fail_reason": REASON},
+    )
+    run["study"].add_trial(failed)  # a failure with markup in its reason, which must be escaped
+    return run
+
+
+@pytest.fixture(scope="module")
+def report(study_run: dict) -> Path:
+    out = study_run["root"] / "out" / "report.html"
+    assert write_report(NAME, study_run["storage"], out, artifact_store=study_run["store"]) == out
+    return out
+
+
+def _chromium(profile: Path, *args: str) -> str:
+    binary = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(binary).exists():
+        pytest.fail("Chromium is missing: run .ci/chromium.sh")
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--virtual-time-budget=5000",
+        "--host-resolver-rules=MAP * ~NOTFOUND",  # nothing may be fetched
+        f"--user-data-dir={profile}",
+    ]
+    result = subprocess.run(
+        [binary, *flags, *args], capture_output=True, text=True, timeout=120, check=True
+    )
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def dom(report: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _chromium(tmp_path_factory.mktemp("profile"), "--dump-dom", report.as_uri())
+
+
+def _plotted(dom: str) -> dict:
+    match = re.search(rf'<pre id="{FRONT_DATA_ID}">(.*?)</pre>', dom, re.S)
+    assert match and match[1], "the Pareto plot did not render"
+    return json.loads(match[1])
+
+
+def test_plotted_front_equals_stored_front(dom: str, study_run: dict) -> None:
+    _, spec = load(NAME, study_run["storage"])
+    x_metric = latency_metric(spec)
+    front = sorted(pareto_front(NAME, study_run["storage"]), key=lambda r: r["metrics"][x_metric])
+    plotted = _plotted(dom)["pareto-front"]
+    assert front, "the stored front is empty"
+    assert plotted["rendered"] == len(front)
+    assert plotted["numbers"] == [r["number"] for r in front]
+    assert plotted["x"] == [r["metrics"][x_metric] for r in front]
+    assert plotted["y"] == [r["metrics"]["accuracy"] for r in front]
+
+
+def test_dominated_and_infeasible_apart(dom: str, study_run: dict) -> None:
+    study, _ = load(NAME, study_run["storage"])
+    complete = study.get_trials(states=[TrialState.COMPLETE])
+    infeasible = {t.number for t in complete if t.user_attrs["feasible"] is False}
+    front = {r["number"] for r in pareto_front(NAME, study_run["storage"])}
+    plotted = _plotted(dom)
+    assert infeasible, "the fixture's size constraint should make a trial infeasible"
+    assert set(plotted["infeasible"]["numbers"]) == infeasible
+    assert set(plotted["dominated"]["numbers"]) == {t.number for t in complete} - front - infeasible
+    for trace in plotted.values():
+        assert trace["rendered"] == len(trace["numbers"])
+
+
+def test_front_table_links_to_exported_models(dom: str, report: Path, study_run: dict) -> None:
+    for record in pareto_front(NAME, study_run["storage"]):
+        link = f"models/trial-{record['number']}.onnx"
+        assert f'href="{link}"' in dom
+        assert (report.parent / link).stat().st_size > 0
+        assert (
+            json.loads((report.parent / link).with_suffix(".json").read_text())["trial"]
+            == (record["number"])
+        )
+
+
+def test_sections_failures_and_environment(dom: str, study_run: dict) -> None:
+    study, _ = load(NAME, study_run["storage"])
+    env = study.trials[0].user_attrs["env"]
+    for heading in ("Pareto front", "Knobs against", "Parameter importance", "Failures"):
+        assert heading in dom
+    assert "need at least 8 complete trials" in dom  # 4 trials: a note, not noise
+    assert "RuntimeError: &lt;b&gt;export failed&lt;/b&gt; &amp; &lt;script&gt;" in dom
+    assert "<script>alert(1)" not in dom
+    assert env["cpu_model"] in dom and env["onnxruntime"] in dom
+    assert "CPUExecutionProvider" in dom
+
+
+def test_self_contained(report: Path) -> None:
+    from plotly.offline import get_plotlyjs
+
+    page = report.read_text()
+    assert get_plotlyjs() in page
+    own = page.replace(get_plotlyjs(), "")
+    assert "Plotly.newPlot" in own
+    assert not re.search(r"https?://|<script[^>]* src=|<link ", own)
+
+
+def test_screenshot(report: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "report.png"
+    _chromium(
+        tmp_path / "profile", "--window-size=1280,2000", f"--screenshot={shot}", report.as_uri()
+    )
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 50_000  # a blank page of this size compresses to a few kB

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from automl.errors import SpecError
+from automl.search.space import list_spaces, load_space
+from automl.targets import load_target
+
+
+def test_shipped_spaces():
+    assert {"digits-cnn", "digits-mlp", "digits-mixed"} <= set(list_spaces())
+    for name in list_spaces():
+        load_space(name).check_target(load_target("cpu"))
+
+
+def test_mixed_space_searches_all_knobs_jointly_with_conditionals():
+    space = load_space("digits-mixed")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = {"family": set(), "bits": set(), "batch": set(), "ratio": set()}
+    for _ in range(60):
+        trial = study.ask()
+        candidate = space.suggest(trial)
+        seen["family"].add(candidate.arch.family)
+        seen["bits"].add(candidate.bits)
+        seen["batch"].add(candidate.batch_size)
+        seen["ratio"].add(candidate.pruning_ratio)
+        assert ("arch.kernel_size" in trial.params) == (candidate.arch.family != "mlp")
+        assert ("int8_mode" in trial.params) == (candidate.bits == 8)
+        study.tell(trial, 0.0)
+    assert seen["family"] == {"mlp", "cnn", "resnet", "mobilenet"}
+    assert seen["bits"] == {32, 16, 8}
+    assert len(seen["batch"]) > 1 and len(seen["ratio"]) > 1
+
+
+def _write(tmp_path, body: str):
+    path = tmp_path / "space.yaml"
+    path.write_text("name: t\nparams:\n  arch.family: {type: fixed, value: mlp}\n" + body)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("  arch.colour: {type: int, low: 1, high: 2}\n", "unknown key 'arch.colour'"),
+        ("  arch.width: {type: int, low: 9, high: 2}\n", "empty range: low 9 > high 2"),
+        ("  train.lr: {type: float, low: 0.0, high: 1.0, log: true}\n", "log range needs low > 0"),
+        ("  bits: {type: categorical, choices: []}\n", "choices"),
+        ("  bits: {type: uniform, low: 1, high: 2}\n", "bits"),
+        ("  x: {type: fixed, value: 1, sets: bits, when: {nope: [1]}}\n", "not declared before"),
+        ("  arch.width: {type: int, low: 1, high: 2, stepp: 1}\n", "stepp"),
+        ("  arch.width: {type: int, low: 8, high: 20000000}\n", "outside the allowed 1..4096"),
+        ("  arch.depth: {type: categorical, choices: [1, 100000000000]}\n", "arch.depth 1..1e"),
+        ("  bits: {type: int, low: 1, high: 100000000000}\n", "bits must be among"),
+        ("  batch_size: {type: int, low: 1, high: 100000000000}\n", "outside the allowed"),
+    ],
+)
+def test_malformed_spaces_name_the_field(tmp_path, body, message):
+    with pytest.raises(SpecError, match=message):
+        load_space(str(_write(tmp_path, body)))
+
+
+def test_bit_width_the_target_cannot_run(tmp_path):
+    space = load_space(str(_write(tmp_path, "  bits: {type: categorical, choices: [8, 4, 2]}\n")))
+    with pytest.raises(SpecError, match=r"suggests bits \[2\].*supports \[4, 8, 16, 32\]"):
+        space.check_target(load_target("cpu"))
+
+
+def test_unknown_space_lists_registered_ones():
+    with pytest.raises(SpecError, match=r"unknown search space 'nope'; registered: .*digits-mixed"):
+        load_space("nope")
+
+
+def test_a_family_is_required(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\nparams:\n  bits: {type: fixed, value: 8}\n")
+    with pytest.raises(SpecError, match=r"must set arch\.family"):
+        load_space(str(path))
+
+
+def test_unset_knobs_take_defaults_and_unbuildable_spaces_fail_at_load(tmp_path):
+    space = load_space(str(_write(tmp_path, "  bits: {type: categorical, choices: [32, 8]}\n")))
+    candidate = space.suggest(optuna.create_study().ask())
+    assert (candidate.arch.width, candidate.arch.depth) == (32, 2)
+    bad = _write(tmp_path, "  arch.kernel_size: {type: fixed, value: 4}\n")
+    with pytest.raises(SpecError, match="kernel_size must be odd"):
+        load_space(str(bad))
+
+
+def test_deployments_list_every_knob_assignment_with_conditionals():
+    space = load_space("digits-mixed")
+    model = {"arch.family": "mlp", "arch.width": 8, "arch.depth": 1, "pruning_ratio": 0.0}
+    deployments = space.deployments(model)
+    assert len(deployments) == 16  # (fp32, fp16, int8 static, int8 dynamic) x 4 batches
+    assert {"bits": 8, "int8_mode": "dynamic", "batch_size": 128} in deployments
+    assert all(("int8_mode" in d) == (d["bits"] == 8) for d in deployments)
+    assert len({tuple(sorted(d.items())) for d in deployments}) == 16
+
+
+def test_deployments_are_not_listed_for_a_float_knob(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
+        "  batch_size: {type: float, low: 1, high: 8}\n"
+    )
+    assert load_space(str(path)).deployments({}) is None
+
+
+def test_a_huge_deployment_range_is_not_built(tmp_path):
+    """Validation and variants never list an int range: 1e11 values would not fit in memory."""
+    body = "  arch.width: {type: int, low: 8, high: 16}\n  bits: {type: fixed, value: 32}\n"
+    path = _write(tmp_path, body + "  batch_size: {type: int, low: 1, high: 4096}\n")
+    space = load_space(str(path))
+    assert space.deployments({"arch.width": 8}) is not None  # 4096 batch sizes: listed
+    wide = body + "  batch_size: {type: int, low: 1, high: 4096}\n"
+    wide += "  int8_mode: {type: categorical, choices: [static, dynamic]}\n"
+    assert load_space(str(_write(tmp_path, wide))).deployments({"arch.width": 8}) is None

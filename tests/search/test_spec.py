@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import pytest
+
+from automl.errors import SpecError
+from automl.search.spec import Constraint, load_spec, parse_spec
+
+
+def test_defaults_are_accuracy_against_per_sample_latency_with_a_tail_budget():
+    spec = parse_spec({})
+    assert spec.name == "digits-mixed-cpu"
+    assert spec.metric_names == ["accuracy", "latency_per_sample_ms"]
+    assert spec.directions == ["maximize", "minimize"]
+    assert [str(c) for c in spec.constraints] == ["latency_p99_ms <= 5"]
+
+
+def test_shipped_default_spec_loads():
+    spec = load_spec("studies/digits.yaml")
+    assert spec.target == "cpu" and spec.search_space == "digits-mixed"
+
+
+def test_overrides_win_over_the_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: a\nn_trials: 3\n")
+    spec = load_spec(path, n_trials=5, target=None)
+    assert spec.n_trials == 5 and spec.target == "cpu"
+
+
+def test_constraint_violation_sign():
+    le = Constraint.model_validate("latency_p99_ms <= 2")
+    ge = Constraint.model_validate("accuracy >= 0.9")
+    assert le.violation({"latency_p99_ms": 1.5}) < 0 < le.violation({"latency_p99_ms": 2.5})
+    assert ge.violation({"accuracy": 0.95}) < 0 < ge.violation({"accuracy": 0.8})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"objectives": [{"metric": "f1"}]}, "objectives.0.metric.*unknown metric 'f1'.*allowed"),
+        ({"objectives": [{"metric": "accuracy", "direction": "up"}]}, "direction"),
+        ({"objectives": [{"metric": "accuracy"}, {"metric": "accuracy"}]}, "repeat a metric"),
+        ({"objectives": []}, "objectives"),
+        ({"constraints": ["latency < 2"]}, "must look like 'latency_p99_ms <= 2'"),
+        ({"constraints": ["accuracy >= 1.5"]}, "can never hold"),
+        ({"constraints": ["size_mb <= 0"]}, "can never hold"),
+        ({"constraints": ["vram <= 3"]}, "unknown metric 'vram'"),
+        ({"objectives": [{"metric": "test_accuracy"}]}, "test split.*never searched on"),
+        ({"constraints": ["test_accuracy >= 0.9"]}, "test split.*never searched on"),
+        ({"sampler": "cmaes"}, "sampler.*'default', 'tpe', 'nsga2', 'random' or 'gp'"),
+        ({"n_trials": 0}, "n_trials"),
+        ({"n_trials": None}, "set n_trials or timeout_s"),
+        ({"name": "../etc"}, "name"),
+        ({"name": "trail\n"}, "name"),
+        ({"name": "tab\tname"}, "name"),
+        ({"seed": -1}, "seed.*greater than or equal to 0"),
+        ({"seed": -99999999999999999999}, "seed"),
+        ({"seed": 2**32}, "seed.*less than or equal to 4294967295"),
+        ({"colour": "red"}, "colour.*Extra inputs"),
+    ],
+)
+def test_bad_specs_name_the_field(values, message):
+    with pytest.raises(SpecError, match=f"(?s){message}"):
+        parse_spec(values)
+
+
+def test_unreadable_spec_file(tmp_path):
+    with pytest.raises(SpecError, match="cannot read study spec"):
+        load_spec(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="must be a mapping"):
+        load_spec(tmp_path / "list.yaml")
+
+
+def test_objectives_are_stored_raw_and_reach_the_sampler_in_their_scale():
+    accuracy, latency = parse_spec({}).objectives
+    assert (accuracy.scale, latency.scale) == ("linear", "log")
+    metrics = {"accuracy": 0.9, "test_accuracy": 0.5, "latency_per_sample_ms": 0.01}
+    assert (accuracy.value(metrics), latency.value(metrics)) == (0.9, 0.01)
+    assert (accuracy.scaled(0.9), latency.scaled(0.01)) == (0.9, pytest.approx(-2.0))
+    linear = parse_spec({"objectives": [{"metric": "size_mb", "scale": "linear"}]}).objectives[0]
+    assert linear.scaled(0.5) == 0.5
+
+
+def test_the_schema_enumerates_the_metrics():
+    from automl.search.spec import METRICS, StudySpec
+
+    defs = StudySpec.model_json_schema()["$defs"]
+    assert defs["Objective"]["properties"]["metric"]["enum"] == list(METRICS)
+    assert defs["Constraint"]["properties"]["metric"]["enum"] == list(METRICS)

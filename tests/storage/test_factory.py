@@ -1,0 +1,125 @@
+"""Storages as workers open them: new databases, bad URLs, the trial cache."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import optuna
+import pytest
+import sqlalchemy
+from conftest import pg_schema
+
+from automl.errors import SpecError, StorageUnavailable
+from automl.settings import Settings
+from automl.storage.factory import TrialCache, cached, open_storage
+
+
+def test_the_trial_cache_looks_for_enqueued_trials_in_one_query():
+    with pg_schema() as url:
+        settings = Settings(storage=url, heartbeat_interval_s=1, grace_period_s=60)
+        other = optuna.create_study(storage=open_storage(url, settings))
+        for _ in range(3):
+            other.ask()  # RUNNING trials of other workers
+        storage = cached(open_storage(url, settings))
+        assert isinstance(storage, TrialCache)
+        statements = []
+        sqlalchemy.event.listen(
+            storage._backend.engine,
+            "before_cursor_execute",
+            lambda _conn, _cur, statement, *_: statements.append(statement),
+        )
+        waiting = (optuna.trial.TrialState.WAITING,)
+        assert storage.get_all_trials(other._study_id, states=waiting) == []
+        assert len(statements) == 1
+        other.enqueue_trial({"x": 0.5})
+        study = optuna.load_study(study_name=other.study_name, storage=storage)
+        assert study.ask().suggest_float("x", 0, 1) == 0.5  # the enqueued trial is popped
+        assert storage.get_all_trials(other._study_id, states=waiting) == []
+        storage._backend.engine.dispose()
+
+
+def test_the_trial_cache_does_not_read_back_a_trial_it_just_created():
+    with pg_schema() as url:
+        settings = Settings(storage=url, heartbeat_interval_s=1, grace_period_s=60)
+        storage = cached(open_storage(url, settings))
+        study = optuna.create_study(storage=storage)
+        trial_id = storage.create_new_trial(study._study_id)
+        statements = []
+        engine = storage._backend.engine
+        sqlalchemy.event.listen(
+            engine, "before_cursor_execute", lambda *args: statements.append(args[2])
+        )
+        created = storage.get_trial(trial_id)
+        assert statements == []
+        assert created == storage._backend.get_trial(trial_id)  # what the database holds
+        statements.clear()
+        storage.set_trial_param(trial_id, "x", 0.5, optuna.distributions.FloatDistribution(0, 1))
+        assert storage.get_trial(trial_id).params == {"x": 0.5}  # later reads go to the database
+        assert statements
+        engine.dispose()
+
+
+def _open_when_released(url: str, barrier, results) -> None:
+    barrier.wait()
+    try:
+        open_storage(url, Settings(storage=url))
+        results.put("ok")
+    except Exception as e:  # reported to the test
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def test_workers_starting_together_on_a_new_database_all_open_it():
+    context = multiprocessing.get_context("spawn")
+    for _ in range(2):  # the race to create the tables is lost by most openers, most times
+        with pg_schema() as url:
+            barrier, results = context.Barrier(4), context.Queue()
+            openers = [
+                context.Process(target=_open_when_released, args=(url, barrier, results))
+                for _ in range(4)
+            ]
+            for process in openers:
+                process.start()
+            outcomes = [results.get(timeout=120) for _ in openers]
+            for process in openers:
+                process.join()
+            assert outcomes == ["ok"] * 4
+
+
+def test_an_unreachable_or_unsupported_storage_is_one_clear_error():
+    url = "postgresql://automl:secret@127.0.0.1:1/automl"
+    with pytest.raises(StorageUnavailable, match="Connection refused") as refused:
+        open_storage(url, Settings(storage=url))
+    assert "secret" not in str(refused.value) and "check that the database server runs" in str(
+        refused.value
+    )
+    with pytest.raises(SpecError, match="no database driver for 'mysql'"):
+        open_storage("mysql://root@127.0.0.1/test", Settings())
+
+
+def test_a_role_that_may_not_create_the_tables_is_one_clear_error():
+    import psycopg
+
+    with pg_schema() as url:
+        schema = url.rsplit("%3D", 1)[1]
+        role = f"automl_reader_{schema}"
+        with psycopg.connect(url.replace("+psycopg", "").split("?")[0], autocommit=True) as db:
+            db.execute(f'CREATE ROLE "{role}" LOGIN')
+            db.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')  # no CREATE
+        try:
+            reader = url.replace("//postgres@", f"//{role}@").replace("//root@", f"//{role}@")
+            with pytest.raises(StorageUnavailable, match="role needs to own the database"):
+                open_storage(reader, Settings(storage=reader))
+        finally:
+            with psycopg.connect(url.replace("+psycopg", "").split("?")[0], autocommit=True) as db:
+                db.execute(f'REVOKE ALL ON SCHEMA "{schema}" FROM "{role}"')
+                db.execute(f'DROP ROLE "{role}"')
+
+
+def test_a_read_only_open_never_creates_a_sqlite_file(tmp_path):
+    missing = tmp_path / "typo" / "automl.db"
+    with pytest.raises(StorageUnavailable, match=r"no storage at .*does not exist"):
+        open_storage(f"sqlite:///{missing}", Settings(), create=False)
+    assert not missing.parent.exists()
+    open_storage(f"sqlite:///{missing}", Settings())
+    assert missing.is_file()
+    open_storage(f"sqlite:///{missing}", Settings(), create=False)

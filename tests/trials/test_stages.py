@@ -1,0 +1,67 @@
+"""Trials reuse cached stages: identical results, and no torch model where a graph is cached."""
+
+from __future__ import annotations
+
+import pytest
+
+from automl.candidate import ArchConfig, Candidate
+from automl.targets import load_target
+from automl.trials.stage_cache import StageCache
+from automl.trials.trial import run_trial
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"quantized": ', '{"quantized": {}, "onnx_max_abs_diff": 0.0}'],
+    ids=["cut short", "an older version's"],
+)
+def test_an_unreadable_quantize_entry_is_recomputed(digits, tmp_path, text):
+    cache = StageCache(tmp_path / "cache", max_bytes=10**9)
+    candidate = Candidate(ArchConfig("mlp", 16, 1), pruning_ratio=0.0, bits=8, batch_size=8)
+    first = run_trial(candidate, load_target("cpu"), digits, tmp_path / "a", cache=cache)
+    (meta,) = (tmp_path / "cache").glob("quantize-*.json")
+    meta.write_text(text)  # e.g. cut short on a full disk
+    again = run_trial(candidate, load_target("cpu"), digits, tmp_path / "b", cache=cache)
+    assert again.reused == {"train": True, "prune": True, "export": True, "quantize": False}
+    assert again.metrics["accuracy"] == first.metrics["accuracy"]
+
+
+def _model_metrics(outcome) -> dict:
+    return {
+        k: v for k, v in outcome.metrics.items() if "latency" not in k and k != "throughput_sps"
+    }
+
+
+@pytest.mark.parametrize("bits", [32, 8])
+def test_trials_reuse_cached_stages_with_identical_results(digits, tmp_path, bits):
+    cache = StageCache(tmp_path / "cache", max_bytes=10**9)
+    target = load_target("cpu")
+    candidate = Candidate(ArchConfig("cnn", 16, 2), pruning_ratio=0.3, bits=bits, batch_size=8)
+
+    def run(c, name):
+        return run_trial(c, target, digits, tmp_path / name, cache=cache)
+
+    first = run(candidate, "a")
+    assert first.reused == dict.fromkeys(("train", "prune", "export", "quantize"), False)
+    again = run(candidate, "b")
+    assert again.reused == dict.fromkeys(("train", "prune", "export", "quantize"), True)
+    assert again.timings["train"] == again.timings["prune"] == 0  # no torch model is built
+    assert _model_metrics(again) == _model_metrics(first)
+    assert again.history == first.history
+    assert again.artifact.read_bytes() == first.artifact.read_bytes()
+
+    other_bits = run(Candidate(**{**candidate.__dict__, "bits": 16}), "f")
+    assert other_bits.reused == {"train": True, "prune": True, "export": True, "quantize": False}
+    assert other_bits.timings["train"] == other_bits.timings["prune"] == 0
+    assert other_bits.metrics["macs"] == first.metrics["macs"]
+    assert other_bits.history["finetune"] == first.history["finetune"]
+
+    other_ratio = run(Candidate(**{**candidate.__dict__, "pruning_ratio": 0.5}), "c")
+    assert other_ratio.reused == {"train": True, "prune": False, "export": False,
+                                  "quantize": False}  # fmt: skip
+    uncached = run_trial(
+        Candidate(**{**candidate.__dict__, "pruning_ratio": 0.5}), target, digits, tmp_path / "d"
+    )
+    assert uncached.metrics["accuracy"] == other_ratio.metrics["accuracy"]
+    other_batch = run(Candidate(**{**candidate.__dict__, "batch_size": 32}), "e")
+    assert all(other_batch.reused.values())

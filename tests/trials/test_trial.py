@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from automl.candidate import ArchConfig, Candidate, TrainConfig
+from automl.pipeline.evaluate import evaluate
+from automl.pipeline.latency import LatencyBudget
+from automl.search.spec import Constraint, parse_spec
+from automl.targets import load_target
+from automl.trials.trial import latency_budgets, run_trial
+
+
+def _constraints(*texts: str) -> list[Constraint]:
+    return [Constraint.model_validate(text) for text in texts]
+
+
+def test_latency_constraints_become_per_batch_budgets() -> None:
+    constraints = _constraints(
+        "latency_p99_ms <= 5",
+        "latency_p50_ms <= 2",
+        "latency_per_sample_ms <= 0.5",
+        "throughput_sps >= 1000",
+        "accuracy >= 0.9",
+        "size_mb <= 1",
+    )
+
+    budgets = latency_budgets(constraints, batch_size=8)
+
+    assert budgets == [
+        LatencyBudget(5.0, 0.99),
+        LatencyBudget(2.0, 0.5),
+        LatencyBudget(4.0, 0.5),
+        LatencyBudget(8.0, 0.5),
+    ]
+
+
+def test_a_trial_over_its_latency_budget_is_timed_briefly_and_recorded_infeasible(
+    digits, tmp_path
+) -> None:
+    candidate = Candidate(
+        ArchConfig("mlp", 8, 1), batch_size=8, train=TrainConfig(epochs=1), finetune_epochs=0
+    )
+    budget = "latency_p99_ms <= 0.000001"  # no model runs in a nanosecond
+
+    outcome = run_trial(
+        candidate, load_target("cpu"), digits, tmp_path, constraints=_constraints(budget)
+    )
+
+    assert outcome.latency["over_budget"] and not outcome.latency["converged"]
+    assert outcome.latency["runs"] == 3
+    assert outcome.metrics["latency_p99_ms"] > 0.000001
+    assert 0 < outcome.metrics["accuracy"] <= 1
+
+
+def test_the_search_sees_validation_accuracy_and_the_test_split_is_only_recorded(
+    digits, tmp_path
+) -> None:
+    candidate = Candidate(
+        ArchConfig("mlp", 8, 1), batch_size=16, train=TrainConfig(epochs=1), finetune_epochs=0
+    )
+
+    outcome = run_trial(candidate, load_target("cpu"), digits, tmp_path)
+
+    def accuracy(x, y) -> float:
+        return evaluate(outcome.artifact, x, y, num_classes=10, batch_size=16).accuracy
+
+    assert outcome.metrics["accuracy"] == accuracy(digits.x_val, digits.y_val)
+    assert outcome.metrics["test_accuracy"] == accuracy(digits.x_test, digits.y_test)
+    assert parse_spec({}).objectives[0].value(outcome.metrics) == outcome.metrics["accuracy"]
+    assert sum(map(sum, outcome.history["test_confusion"])) == len(digits.y_test)
