@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from automl.errors import SpecError
+from automl.pipeline.methods import BITS
 
 FAMILIES = ("mlp", "cnn", "resnet", "mobilenet")
 
@@ -44,7 +45,6 @@ class TrainConfig:
             raise SpecError(f"invalid training settings: {self}")
 
 
-BITS = (32, 16, 8, 4)
 INT8_MODES = ("static", "dynamic")
 
 

@@ -112,9 +112,10 @@ def describe(record: dict) -> str:
     candidate = record.get("user_attrs", {}).get("candidate")
     if candidate is None:
         return ", ".join(f"{k}={v}" for k, v in record["params"].items())
+    from automl.pipeline.methods import method_for
+
     arch = candidate["arch"]
-    bits = candidate["bits"]
-    precision = f"int8-{candidate['int8_mode']}" if bits == 8 else f"{bits}b"
+    precision = method_for(candidate["bits"], candidate["int8_mode"]).name
     return (
         f"{arch['family']} w{arch['width']} d{arch['depth']} "
         f"prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
