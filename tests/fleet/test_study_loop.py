@@ -238,3 +238,26 @@ def test_worker_survives_a_database_outage(fleet):
     assert states["COMPLETE"] == 4 and "RUNNING" not in states
     # The outage hit the running trial: it failed (and was retried) or its commit was retried.
     assert states.get("FAIL", 0) >= 1 or "storage unreachable" in output, (states, output)
+
+
+def test_a_loop_that_waits_on_a_stale_trial_says_for_what_and_how_long(tmp_path, caplog):
+    from automl.fleet.study_loop import run_study_loop
+    from automl.storage.factory import open_artifact_store
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    settings = Settings(storage=url, artifacts_dir=tmp_path / "art", heartbeat_interval_s=1,
+                        grace_period_s=2)  # fmt: skip
+    storage = open_storage(url, settings)
+    spec = parse_spec({"name": "w", "search_space": "digits-mlp", "n_trials": 1,
+                       "trials_per_model": 1})  # fmt: skip
+    study = create_study(spec, storage)
+    trial = study.ask()  # its worker died: the only slot is held by a stale trial
+    storage.record_heartbeat(trial._trial_id)
+    with caplog.at_level("WARNING", logger="automl"):
+        result = run_study_loop("w", storage, artifact_store=open_artifact_store(settings),
+                                settings=settings, poll_s=0.2)  # fmt: skip
+    assert (result.reason, result.ran) == ("done", 1)  # the stale trial was retried here
+    (said,) = [
+        r.getMessage() for r in caplog.records if "waiting for its last trials" in r.getMessage()
+    ]
+    assert "failed and retried once its heartbeat is 2 s old" in said

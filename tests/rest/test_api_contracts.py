@@ -7,7 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 
+from automl.search.space import list_spaces
 from automl.search.spec import METRICS
+from automl.targets import list_targets
 
 pytest_plugins = ["api_fixtures"]
 
@@ -86,10 +88,13 @@ def test_a_dataset_is_returned_as_given(submit_spec, api_server):
     assert str(api_server.settings.data_root) not in response.text
 
 
-def test_the_schema_enumerates_the_metrics(api_client):
+def test_the_schema_enumerates_metrics_targets_and_spaces(api_client):
     schemas = api_client.get("/openapi.json").json()["components"]["schemas"]
     assert schemas["Objective"]["properties"]["metric"]["enum"] == list(METRICS)
     assert schemas["Constraint"]["properties"]["metric"]["enum"] == list(METRICS)
+    spec = schemas["StudySpec"]["properties"]
+    assert spec["target"]["enum"] == [t.name for t in list_targets()]
+    assert spec["search_space"]["enum"] == list_spaces()
 
 
 def _auth(key: str) -> dict[str, str]:
