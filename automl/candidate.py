@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from automl.errors import SpecError
-from automl.pipeline.methods import BITS
+from automl.pipeline.methods import BITS, Method, get_method, method_for
 
 FAMILIES = ("mlp", "cnn", "resnet", "mobilenet")
 
@@ -50,7 +50,11 @@ INT8_MODES = ("static", "dynamic")
 
 @dataclass(frozen=True)
 class Candidate:
-    """Architecture, pruning ratio, bit-width, serving batch size and training settings."""
+    """Architecture, pruning ratio, quantization, serving batch size and training settings.
+
+    The quantization method is named by ``method`` (see :mod:`automl.pipeline.methods`), or by
+    the older pair ``bits`` and ``int8_mode``; a named method sets ``bits`` to its own.
+    """
 
     arch: ArchConfig
     pruning_ratio: float = 0.0
@@ -59,8 +63,11 @@ class Candidate:
     batch_size: int = 1
     train: TrainConfig = field(default_factory=TrainConfig)
     finetune_epochs: int = 3
+    method: str | None = None
 
     def __post_init__(self) -> None:
+        if self.method is not None:
+            object.__setattr__(self, "bits", get_method(self.method).bits)
         if self.bits not in BITS:
             raise SpecError(f"bits must be one of {list(BITS)}, got {self.bits}")
         if self.int8_mode not in INT8_MODES:
@@ -69,6 +76,13 @@ class Candidate:
             raise SpecError(f"batch_size must be >= 1, got {self.batch_size}")
         if not 0.0 <= self.pruning_ratio < 1.0:
             raise SpecError(f"pruning_ratio must be in [0, 1), got {self.pruning_ratio}")
+
+    @property
+    def quant_method(self) -> Method:
+        """The quantization method: the named one, or the one of ``bits`` and ``int8_mode``."""
+        if self.method is not None:
+            return get_method(self.method)
+        return method_for(self.bits, self.int8_mode)
 
     def as_dict(self) -> dict:
         """Plain JSON-able form."""

@@ -31,6 +31,7 @@ KEYS = (
     "pruning_ratio",
     "bits",
     "int8_mode",
+    "method",
     "batch_size",
     "finetune_epochs",
     "train.epochs",
@@ -39,7 +40,7 @@ KEYS = (
     "train.batch_size",
 )
 # Knobs that change how a model is deployed, not its weights.
-DEPLOYMENT_KEYS = ("bits", "int8_mode", "batch_size")
+DEPLOYMENT_KEYS = ("bits", "int8_mode", "method", "batch_size")
 MAX_DEPLOYMENTS = 4096
 Scalar = int | float | str
 
@@ -135,13 +136,28 @@ class SearchSpace(BaseModel):
                 out |= set(_values(param))
         return out or {32}
 
+    def method_choices(self) -> set[str]:
+        """Every quantization method the space names directly (its ``method`` knob)."""
+        return {
+            str(value)
+            for name, param in self.params.items()
+            if (param.sets or name) == "method"
+            for value in _values(param)
+        }
+
     def check_target(self, target: Target) -> None:
-        """Raise ``SpecError`` when the space can suggest a bit-width the target cannot run."""
+        """Raise ``SpecError`` when the space can suggest a method the target cannot run."""
         unsupported = sorted(self.bit_choices() - set(target.precisions))
         if unsupported:
             raise SpecError(
                 f"search space {self.name!r} suggests bits {unsupported}, which target "
                 f"{target.name!r} cannot run; it supports {sorted(target.precisions)}"
+            )
+        methods = sorted(self.method_choices() - set(target.methods))
+        if methods:
+            raise SpecError(
+                f"search space {self.name!r} names methods {methods}, which target "
+                f"{target.name!r} cannot run; it runs {list(target.methods)}"
             )
 
     def model_params(self, params: dict[str, Any]) -> dict[str, Any]:

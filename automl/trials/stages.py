@@ -22,7 +22,6 @@ import torch
 from automl.candidate import TrainConfig
 from automl.models import build_model
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
-from automl.pipeline.methods import method_for
 from automl.pipeline.prune import PruneResult, prune
 from automl.pipeline.quantize import QuantizedModel, quantize_method
 from automl.pipeline.train import train
@@ -66,7 +65,7 @@ class CachedStages:
         self.train_key = content_key("train", c.arch, c.train, self.data.fingerprint, self.seed)
         self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, self.finetune)
         self.export_key = content_key("export", self.prune_key, OPSET)
-        self.method = method_for(c.bits, c.int8_mode)
+        self.method = c.quant_method
         self.quant_key = content_key(
             "quantize", self.prune_key, self.method.name, self.method.cache_tag, OPSET
         )

@@ -4,7 +4,7 @@ import optuna
 import pytest
 
 from automl.errors import SpecError
-from automl.search.space import list_spaces, load_space
+from automl.search.space import candidate_from_values, list_spaces, load_space
 from automl.targets import load_target
 
 
@@ -115,3 +115,26 @@ def test_a_huge_deployment_range_is_not_built(tmp_path):
     wide = body + "  batch_size: {type: int, low: 1, high: 4096}\n"
     wide += "  int8_mode: {type: categorical, choices: [static, dynamic]}\n"
     assert load_space(str(_write(tmp_path, wide))).deployments({"arch.width": 8}) is None
+
+
+def test_a_space_may_name_quantization_methods_directly(tmp_path):
+    body = (
+        "  arch.width: {type: fixed, value: 16}\n"
+        "  method: {type: categorical, choices: [fp32, int8-dynamic, int4-weight]}\n"
+    )
+    space = load_space(str(_write(tmp_path, body)))
+    space.check_target(load_target("cpu"))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(12):
+        candidate = space.suggest(study.ask())
+        assert candidate.bits == candidate.quant_method.bits
+        seen.add(candidate.quant_method.name)
+    assert seen == {"fp32", "int8-dynamic", "int4-weight"}
+    old = candidate_from_values({"arch.family": "mlp", "bits": 8, "int8_mode": "dynamic"})
+    assert old.quant_method.name == "int8-dynamic"  # the old form names the same method
+    trt = load_space(str(_write(tmp_path, "  method: {type: fixed, value: int8-trt}\n")))
+    with pytest.raises(SpecError, match=r"names methods \['int8-trt'\].*target 'cpu'"):
+        trt.check_target(load_target("cpu"))
+    with pytest.raises(SpecError, match="no-such"):
+        load_space(str(_write(tmp_path, "  method: {type: fixed, value: no-such}\n")))

@@ -66,3 +66,12 @@ def test_the_search_sees_validation_accuracy_and_the_test_split_is_only_recorded
     assert outcome.metrics["test_accuracy"] == accuracy(digits.x_test, digits.y_test)
     assert parse_spec({}).objectives[0].value(outcome.metrics) == outcome.metrics["accuracy"]
     assert sum(map(sum, outcome.history["test_confusion"])) == len(digits.y_test)
+
+
+def test_a_trial_quantizes_with_the_method_its_candidate_names(digits, tmp_path) -> None:
+    candidate = Candidate(
+        ArchConfig("mlp", 8, 1), batch_size=8, train=TrainConfig(epochs=1), finetune_epochs=0,
+        method="int8-dynamic",
+    )  # fmt: skip
+    outcome = run_trial(candidate, load_target("cpu"), digits, tmp_path)
+    assert candidate.bits == 8 and outcome.latency["method"] == "int8-dynamic"
