@@ -1,0 +1,134 @@
+"""The progress bar of :func:`automl.optimize`: rich in a terminal, tqdm in a notebook.
+
+A bar counts COMPLETE trials towards ``n_trials`` and shows a short status (failures, the
+front's size and its best accuracy). Where neither a notebook nor a terminal is attached
+(a script piped to a log, a test), nothing is drawn.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from typing import TextIO
+
+BarKind = Literal["rich", "tqdm", "none"]
+
+
+class Bar(Protocol):
+    """A live progress display."""
+
+    def update(self, completed: int, status: str) -> None:
+        """Show ``completed`` trials done and a status text."""
+
+    def close(self) -> None:
+        """Stop drawing; the last state stays on screen."""
+
+
+def choose_bar(enabled: bool) -> BarKind:
+    """The bar for this process: tqdm in a notebook, rich on a terminal, else none.
+
+    Args:
+        enabled: ``False`` always gives ``"none"``.
+    """
+    if not enabled:
+        return "none"
+    if in_notebook():
+        return "tqdm"
+    return "rich" if sys.stdout.isatty() else "none"
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython with a kernel attached)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+def open_bar(
+    kind: BarKind,
+    description: str,
+    total: int | None,
+    completed: int = 0,
+    *,
+    file: TextIO | None = None,
+) -> Bar:
+    """Start a bar of ``kind``.
+
+    Args:
+        kind: From :func:`choose_bar`.
+        description: The bar's label (the study's name).
+        total: COMPLETE trials to reach; None for a study bounded by time alone.
+        completed: COMPLETE trials already there (a resumed study).
+        file: Where to draw; stdout for rich, stderr for tqdm by default.
+
+    Returns:
+        The started bar.
+    """
+    if kind == "rich":
+        return _RichBar(description, total, completed, file)
+    if kind == "tqdm":
+        return _TqdmBar(description, total, completed, file)
+    return _NoBar()
+
+
+class _NoBar:
+    def update(self, completed: int, status: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _RichBar:
+    def __init__(
+        self, description: str, total: int | None, completed: int, file: TextIO | None
+    ) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        console = Console(file=file, force_terminal=True if file is not None else None)
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=console,
+        )
+        self._task = self._progress.add_task(
+            description, total=total, completed=completed, status="starting"
+        )
+        self._progress.start()
+
+    def update(self, completed: int, status: str) -> None:
+        self._progress.update(self._task, completed=completed, status=status)
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+class _TqdmBar:
+    def __init__(
+        self, description: str, total: int | None, completed: int, file: TextIO | None
+    ) -> None:
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=total, initial=completed, desc=description, file=file)
+
+    def update(self, completed: int, status: str) -> None:
+        self._bar.n = completed
+        self._bar.set_postfix_str(status, refresh=False)
+        self._bar.refresh()
+
+    def close(self) -> None:
+        self._bar.close()

@@ -1,0 +1,112 @@
+"""The scripts in examples/, run as a user runs them: real processes, a real `automl serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import onnx
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TOKEN = "example-token-0123456789abcdef"
+
+pytestmark = pytest.mark.slow
+
+
+def _env(root: Path, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AUTOML_STORAGE": f"sqlite:///{root / 'automl.db'}",
+        "AUTOML_ARTIFACTS_DIR": str(root / "artifacts"),
+        **extra,
+    }
+
+
+def _run_example(script: str, root: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(EXAMPLES / script), *args]
+    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_digits_search_prints_the_front_and_exports_the_best(tmp_path: Path) -> None:
+    done = _run_example("digits_search.py", tmp_path, _env(tmp_path), "--out", "best.onnx")
+    assert done.returncode == 0, done.stderr
+    assert "Pareto front of digits-example" in done.stdout
+    exported = done.stdout.splitlines()[-1]
+    assert exported.startswith("exported trial ")
+    sidecar = json.loads((tmp_path / "best.json").read_text())
+    assert exported.startswith(f"exported trial {sidecar['trial']} to best.onnx")
+    onnx.checker.check_model(onnx.load(str(tmp_path / "best.onnx")))
+    assert (tmp_path / "automl.db").is_file()  # the settings' storage, not the default one
+
+    again = _run_example("digits_search.py", tmp_path, _env(tmp_path), "--out", "again.onnx")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[:-1] == done.stdout.splitlines()[:-1]  # resumed, done
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_serve(root: Path, port: int) -> subprocess.Popen:
+    (root / "data").mkdir()
+    env = _env(root, AUTOML_API_TOKENS=json.dumps([TOKEN]), AUTOML_DATA_ROOT=str(root / "data"))
+    automl = Path(sys.executable).with_name("automl")
+    log = (root / "serve.log").open("w")
+    return subprocess.Popen(
+        [automl, "serve", "--port", str(port), "--workers", "1"], cwd=root, env=env,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_healthy(url: str, root: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    pytest.fail(f"automl serve did not start; log:\n{(root / 'serve.log').read_text()[-3000:]}")
+
+
+def test_submit_over_rest_runs_a_study_on_automl_serve(tmp_path: Path) -> None:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = _start_serve(tmp_path, port)
+    try:
+        _wait_healthy(url, tmp_path)
+        work = tmp_path / "client"
+        work.mkdir()
+        env = {**os.environ, "AUTOML_API_URL": url, "AUTOML_API_TOKEN": TOKEN}
+        done = _run_example("submit_over_rest.py", work, env, "--out", "model.onnx")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    assert done.returncode == 0, done.stdout + done.stderr + (tmp_path / "serve.log").read_text()
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("submitted study digits-mlp-cpu-")
+    assert "is done: 3 trials complete" in lines[1]
+    assert lines[-1].startswith("downloaded trial ")
+    onnx.checker.check_model(onnx.load(str(work / "model.onnx")))
+
+
+def test_submit_over_rest_wants_a_token(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AUTOML_API_TOKEN"}
+    done = _run_example("submit_over_rest.py", tmp_path, env)
+    assert done.returncode == 2
+    assert "AUTOML_API_TOKEN" in done.stderr

@@ -1,0 +1,48 @@
+"""The progress bars of `automl.optimize`: which one is chosen, and what each draws."""
+
+from __future__ import annotations
+
+import io
+
+from automl.progress import choose_bar, in_notebook, open_bar
+
+
+def test_no_bar_when_disabled_or_when_nothing_is_attached() -> None:
+    assert choose_bar(False) == "none"
+    assert not in_notebook()  # a plain interpreter, not a Jupyter kernel
+    assert choose_bar(True) == "none"  # pytest captures stdout: no terminal
+
+
+def test_tqdm_bar_counts_trials_and_shows_the_status() -> None:
+    out = io.StringIO()
+    bar = open_bar("tqdm", "digits", total=4, completed=1, file=out)
+    bar.update(3, "failed 0  front 2")
+    bar.close()
+    assert "digits" in out.getvalue()
+    assert "3/4" in out.getvalue()
+    assert "front 2" in out.getvalue()
+
+
+def test_rich_bar_counts_trials_and_shows_the_status() -> None:
+    out = io.StringIO()
+    bar = open_bar("rich", "digits", total=4, file=out)
+    bar.update(2, "failed 1")
+    bar.close()
+    assert "digits" in out.getvalue()
+    assert "2/4" in out.getvalue()
+    assert "failed 1" in out.getvalue()
+
+
+def test_a_bar_without_a_total_for_a_study_bounded_by_time() -> None:
+    out = io.StringIO()
+    bar = open_bar("tqdm", "timed", total=None, file=out)
+    bar.update(5, "")
+    bar.close()
+    assert "5" in out.getvalue()
+
+
+def test_the_none_bar_draws_nothing(capsys) -> None:
+    bar = open_bar("none", "digits", total=4)
+    bar.update(4, "done")
+    bar.close()
+    assert capsys.readouterr() == ("", "")
