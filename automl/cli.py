@@ -258,7 +258,7 @@ def start(
 
 
 class _Interrupted(KeyboardInterrupt):
-    """Ctrl-C in ``start`` outside its trial loop; not plain, see :class:`automl.fleet.study_loop.Aborted`."""
+    """Ctrl-C in ``start`` outside its trial loop; not plain, see :class:`automl.errors.Aborted`."""
 
 
 def _interrupt(_signum: int, _frame: object) -> None:

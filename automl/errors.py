@@ -27,5 +27,14 @@ class UnsupportedQuantization(AutomlError):
     """The bit-width cannot be applied to this model or run on this target."""
 
 
+class Aborted(KeyboardInterrupt):
+    """A second Ctrl-C: the running trial ends at once, and Optuna marks it FAIL.
+
+    A subclass, because CPython (``python -m``) ends the process by SIGINT, whatever exit code
+    it was given, once a plain ``KeyboardInterrupt`` has passed through ``exec()``, as it does
+    when it lands in the lazy import of torch (dataclasses build methods with ``exec``).
+    """
+
+
 class TrialFailed(AutomlError):
     """A trial could not produce a candidate; the study records it as FAIL and goes on."""

@@ -129,7 +129,7 @@ def run_local(
         What this process ran, and why it ended: ``interrupted`` once Ctrl-C was pressed.
 
     Raises:
-        KeyboardInterrupt: A second Ctrl-C (:class:`automl.fleet.study_loop.Aborted`).
+        KeyboardInterrupt: A second Ctrl-C (:class:`automl.errors.Aborted`).
     """
     settings = get_settings()
     study, spec = load(name, storage)

@@ -18,6 +18,7 @@ import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from automl.data import cached_dataset
+from automl.errors import Aborted
 from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
 from automl.search.spec import MAX_SEED
@@ -46,15 +47,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("automl.fleet.study_loop")
 WAITING_ON_OTHERS = "waiting-on-others"  # other workers hold the remaining trials
-
-
-class Aborted(KeyboardInterrupt):
-    """A second Ctrl-C: the running trial ends at once, and Optuna marks it FAIL.
-
-    A subclass, because CPython (``python -m``) ends the process by SIGINT, whatever exit code
-    it was given, once a plain ``KeyboardInterrupt`` has passed through ``exec()``, as it does
-    when it lands in the lazy import of torch (dataclasses build methods with ``exec``).
-    """
 
 
 class GracefulStop:
@@ -210,6 +202,8 @@ def run_study_loop(
     sampler = ScaledValuesSampler(sampler, spec.objectives)
     study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
     objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
+    if stop is not None:
+        objective.aborted = lambda: stop.aborted
     objective.check_inputs()
     check_fingerprint(existing, spec, cached_dataset(spec.dataset, spec.seed).fingerprint)
     ran, outage_s, waiting = 0, 0.0, False
@@ -228,6 +222,8 @@ def run_study_loop(
                 return LoopResult(ran=ran, reason=reason)
             logger.info("study %s: starting a trial on %s", name, spec.target)
             study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
+            if stop is not None and stop.aborted:  # an abort that a library turned into an error
+                raise Aborted
         except Exception as e:
             if _reaped_while_running(storage, objective.trial_id, e):
                 ran += 1

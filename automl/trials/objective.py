@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING
 import optuna
 
 from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
-from automl.errors import DataError
+from automl.errors import Aborted, DataError
 from automl.records import ARTIFACT_ID, FAIL_REASON, OVER_BUDGET, WORKER, constraint_attrs
 from automl.search.space import load_space
 from automl.storage.capabilities import count_taken, set_trial_attrs
 from automl.targets import load_target
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from optuna.artifacts import FileSystemArtifactStore
 
     from automl.search.space import SearchSpace
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache
 
+INTERRUPTED = "interrupted: a second Ctrl-C aborted the trial"
 logger = logging.getLogger("automl.trials.trial")
 
 
@@ -39,6 +42,7 @@ class StudyObjective:
     threads: int = 1
     cache: StageCache | None = None
     trial_id: int | None = None  # the trial this objective last started
+    aborted: Callable[[], bool] = lambda: False  # whether a second Ctrl-C has come
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.trial_id = trial._trial_id
@@ -49,11 +53,14 @@ class StudyObjective:
         try:
             return self._run(trial)
         except Exception as e:
+            if self.aborted():  # the abort, turned into another error by a library (torch)
+                trial.set_user_attr(FAIL_REASON, INTERRUPTED)
+                raise Aborted from e
             # Recorded for `study show` and the API; Optuna then marks the trial FAIL.
             trial.set_user_attr(FAIL_REASON, f"{type(e).__name__}: {e}")
             raise
         except KeyboardInterrupt:  # a second Ctrl-C: Optuna marks the trial FAIL and re-raises
-            trial.set_user_attr(FAIL_REASON, "interrupted: a second Ctrl-C aborted the trial")
+            trial.set_user_attr(FAIL_REASON, INTERRUPTED)
             raise
 
     def check_inputs(self) -> None:
