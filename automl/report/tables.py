@@ -115,7 +115,9 @@ def describe(record: dict) -> str:
     from automl.pipeline.methods import method_for
 
     arch = candidate["arch"]
-    precision = candidate.get("method") or method_for(candidate["bits"], candidate["int8_mode"]).name
+    precision = (
+        candidate.get("method") or method_for(candidate["bits"], candidate["int8_mode"]).name
+    )
     return (
         f"{arch['family']} w{arch['width']} d{arch['depth']} "
         f"prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
