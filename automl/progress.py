@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from typing import TextIO
 
+    from rich.console import Console
+    from rich.progress import Progress
+
 BarKind = Literal["rich", "tqdm", "none"]
 
 
@@ -83,28 +86,34 @@ class _NoBar:
         pass
 
 
+def rich_progress(console: Console) -> Progress:
+    """The progress bar of a running study, as `automl study start` and optimize show it."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+    )
+
+
 class _RichBar:
     def __init__(
         self, description: str, total: int | None, completed: int, file: TextIO | None
     ) -> None:
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
 
         console = Console(file=file, force_terminal=True if file is not None else None)
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-            console=console,
-        )
+        self._progress = rich_progress(console)
         self._task = self._progress.add_task(
             description, total=total, completed=completed, status="starting"
         )

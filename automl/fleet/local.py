@@ -13,10 +13,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import optuna
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy.engine import make_url
 
 from automl.fleet.study_loop import GracefulStop, LoopResult, run_study_loop, storage_unreachable
+from automl.progress import rich_progress
 from automl.report.tables import front_table
 from automl.service.read import pareto_front
 from automl.service.studies import load, state_counts
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from optuna.storages import BaseStorage
     from rich.console import Console
+    from rich.progress import Progress
 
     from automl.search.spec import StudySpec
 
@@ -137,7 +138,7 @@ def run_local(
     helpers: list[BaseProcess] = []
     try:
         helpers = _start_helpers(name, storage_url or settings.storage, jobs, stop)
-        with _progress(console) as progress:
+        with rich_progress(console) as progress:
             task = progress.add_task(name, total=spec.n_trials, status="starting")
             with _refreshing(progress, task, _Status(study, spec.n_trials)):
                 result = run_study_loop(
@@ -216,17 +217,6 @@ def _worker_process(name: str, url: str, index: int) -> None:
         )
     except KeyboardInterrupt:  # the parent was aborted: Optuna has marked the trial FAIL
         return
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-    )
 
 
 @dataclass

@@ -153,38 +153,3 @@ def _best_on_records(front: list[dict], metric: str, limit: Constraint | None, n
     if not kept:
         raise TrialNotFound(f"no Pareto trial of {name!r} meets '{limit}'")
     return _ranked(kept, metric)[0]["number"]
-
-
-def choose_trial(
-    name: str,
-    storage: BaseStorage,
-    metric: str,
-    budget: str | None = None,
-    *,
-    artifact_store: FileSystemArtifactStore | None = None,
-    max_seconds: float = 5.0,
-) -> int:
-    """The Pareto trial best on ``metric``, optionally under a budget.
-
-    A latency budget is decided on new runs of the front's models when ``artifact_store`` is
-    given and the study's target is here; a trial within noise of it is passed over. This is
-    :func:`automl.trials.decide.pick_trial`'s number; that function also says why.
-
-    Args:
-        name: The study.
-        storage: Its storage.
-        metric: The metric to optimise, in its natural direction (e.g. ``accuracy``).
-        budget: A constraint such as ``latency_p99_ms <= 2``.
-        artifact_store: Where the study's models are, to re-measure them.
-        max_seconds: Cap on each front model's re-measurement.
-
-    Returns:
-        The chosen trial number.
-
-    Raises:
-        SpecError: Unknown metric or malformed budget.
-        TrialNotFound: No front trial meets the budget.
-    """
-    return pick_trial(
-        name, storage, metric, budget, artifact_store=artifact_store, max_seconds=max_seconds
-    ).number

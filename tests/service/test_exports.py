@@ -21,7 +21,7 @@ from automl.errors import SpecError
 from automl.search.spec import RECORDED_METRICS
 from automl.service.exports import METADATA_FIELDS, METADATA_PREFIX, export_model
 from automl.service.read import pareto_front
-from automl.trials.decide import choose_trial
+from automl.trials.decide import pick_trial
 
 NAME = "ex"
 ORT_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)"}
@@ -190,12 +190,12 @@ def test_a_trial_without_a_data_description_is_described_from_its_dataset(
 def test_choose_trial_picks_the_most_accurate_front_trial(study_run: dict) -> None:
     front = pareto_front(NAME, study_run["storage"])
     best = max(front, key=lambda r: r["metrics"]["accuracy"])
-    assert choose_trial(NAME, study_run["storage"], "accuracy") == best["number"]
+    assert pick_trial(NAME, study_run["storage"], "accuracy").number == best["number"]
 
 
 def test_a_malformed_budget_is_a_spec_error(study_run: dict) -> None:
     with pytest.raises(SpecError, match="invalid budget: constraint 'latency < 2' must look like"):
-        choose_trial(NAME, study_run["storage"], "accuracy", "latency < 2")
+        pick_trial(NAME, study_run["storage"], "accuracy", "latency < 2")
 
 
 def _by_accuracy(study_run: dict) -> list[dict]:
@@ -267,7 +267,7 @@ def test_choose_trial_re_measures_the_front_for_a_latency_budget(study_run: dict
     assert set(pick.decisions) == {t["number"] for t in front}
     remeasured = optuna.load_study(study_name=NAME, storage=storage).user_attrs[REMEASURED_ATTR]
     assert {r["decisions"][0]["verdict"] for r in remeasured.values()} == {"meets"}
-    assert choose_trial(NAME, storage, "accuracy", budget, artifact_store=store) == best
+    assert pick_trial(NAME, storage, "accuracy", budget, artifact_store=store).number == best
 
 
 def test_without_models_to_re_measure_the_pick_is_unverified(study_run: dict) -> None:
@@ -275,7 +275,7 @@ def test_without_models_to_re_measure_the_pick_is_unverified(study_run: dict) ->
 
     pick = pick_trial(NAME, study_run["storage"], "accuracy", "latency_p99_ms <= 1000")
 
-    assert pick.number == choose_trial(NAME, study_run["storage"], "accuracy")
+    assert pick.number == pick_trial(NAME, study_run["storage"], "accuracy").number
     assert pick.basis == "recorded" and "recorded figures, unverified" in pick.notes[0]
 
 
