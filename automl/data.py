@@ -1,10 +1,15 @@
 """Datasets: the built-in ``digits``, user ``.npz`` files and ``module:function`` plugins.
 
 Every dataset is split deterministically by seed into train / val / test, plus a calibration
-subset for static quantization that is drawn from train, never from test. Inputs are
+subset for static quantization that is drawn from train, never from test. Feature inputs are
 standardised with the train split's scalar mean and std, which are recorded as preprocessing:
 ``x_model = (float32(x_raw) - mean) / std``, computed in float32, with ``mean`` and ``std``
 float32 values, so that a deployment reproduces the model's inputs bit for bit.
+
+A dataset that gives ``vocab_size`` (a scalar, beside the arrays) holds token ids: its ``x``
+are integer arrays (N, L) with ids in ``[0, vocab_size)``, kept as int64 and never
+standardised. Integer ``x`` without ``vocab_size`` are numbers (pixel values, counts), and are
+standardised like floats.
 """
 
 from __future__ import annotations
@@ -15,21 +20,30 @@ import zipfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.model_selection import train_test_split
 
+from automl._data_checks import REQUIRED_KEYS, VOCAB_KEY, check_classes, check_tokens, validate
+from automl._data_checks import vocab_size as read_vocab_size
 from automl.errors import DataError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 BUILTIN_DATASETS = ("digits",)
 # The trial user attr holding :func:`describe_dataset` of the data the trial ran on.
 DESCRIPTION_ATTR = "data_description"
-_REQUIRED_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Float32 inputs of shape (N, *input_shape) and int64 labels, split and standardised."""
+    """Inputs of shape (N, *input_shape) and int64 labels, split; features standardised.
+
+    ``input_dtype`` is ``float32`` for standardised features, ``int64`` for token ids, whose
+    ids lie in ``[0, vocab_size)`` (``vocab_size`` is None for features).
+    """
 
     name: str
     x_train: np.ndarray
@@ -45,6 +59,13 @@ class Dataset:
     fingerprint: str = ""
     class_names: tuple[str, ...] = ()
     raw_input: dict = field(default_factory=dict)
+    input_dtype: str = "float32"
+    vocab_size: int | None = None
+
+    @property
+    def is_tokens(self) -> bool:
+        """Whether the inputs are token ids (they have a vocabulary)."""
+        return self.vocab_size is not None
 
 
 def load_dataset(
@@ -53,39 +74,47 @@ def load_dataset(
     seed: int = 0,
     val_fraction: float = 0.15,
     calib_size: int = 128,
+    standardize: bool = True,
 ) -> Dataset:
     """Load and split a dataset.
 
     An ``.npz`` file or a plugin's dict holds ``x_train``, ``y_train``, ``x_test``, ``y_test``,
-    optionally ``x_val`` and ``y_val``, and optionally ``class_names``, one per class in label
-    order (the class indices as strings without it).
+    optionally ``x_val`` and ``y_val``, optionally ``class_names``, one per class in label
+    order (the class indices as strings without it), and ``vocab_size`` for token ids.
 
     Args:
         source: ``digits``, a path to an ``.npz`` file, or ``package.module:function``.
         seed: Seed of every split.
         val_fraction: Share of train held out for validation when the source has no val split.
         calib_size: Size of the calibration subset drawn from train.
+        standardize: Standardise float features; off, they are fed as given (as float32),
+            for a trained model that expects its own preprocessing.
 
     Returns:
-        The split, standardised dataset.
+        The split dataset, its features standardised (token ids are kept as they are).
 
     Raises:
         DataError: The source is unknown, missing or malformed; the message names the problem.
     """
     arrays = _read_source(source, seed=seed)
-    _validate(arrays, source)
+    vocab_size = read_vocab_size(arrays.pop(VOCAB_KEY, None), source)
+    validate(arrays, source)
+    if vocab_size is not None:
+        check_tokens(arrays, source, vocab_size)
     if "x_val" not in arrays:
         arrays["x_train"], arrays["x_val"], arrays["y_train"], arrays["y_val"] = _split(
             arrays["x_train"], arrays["y_train"], val_fraction, seed
         )
-    _check_classes(arrays, source)
-    return _finish(source, arrays, seed=seed, calib_size=calib_size)
+    check_classes(arrays, source)
+    if vocab_size is not None:
+        return _finish_tokens(source, arrays, vocab_size, seed=seed, calib_size=calib_size)
+    return _finish(source, arrays, seed=seed, calib_size=calib_size, standardize=standardize)
 
 
 @lru_cache(maxsize=4)
-def cached_dataset(source: str, seed: int) -> Dataset:
+def cached_dataset(source: str, seed: int, standardize: bool = True) -> Dataset:
     """Load a dataset once per process (see :func:`load_dataset`)."""
-    return load_dataset(source, seed=seed)
+    return load_dataset(source, seed=seed, standardize=standardize)
 
 
 def check_source_form(source: str) -> None:
@@ -148,7 +177,7 @@ def _plugin(source: str) -> dict[str, np.ndarray]:
         raise DataError(f"dataset plugin {source!r} failed: {type(e).__name__}: {e}") from e
     if not isinstance(result, dict):
         raise DataError(
-            f"dataset plugin {source!r} must return a dict with keys {list(_REQUIRED_KEYS)}"
+            f"dataset plugin {source!r} must return a dict with keys {list(REQUIRED_KEYS)}"
         )
     try:
         return {key: np.asarray(value) for key, value in result.items()}
@@ -158,94 +187,6 @@ def _plugin(source: str) -> dict[str, np.ndarray]:
         ) from e
 
 
-def _validate(arrays: dict[str, np.ndarray], source: str) -> None:
-    missing = [key for key in _REQUIRED_KEYS if key not in arrays]
-    if missing:
-        raise DataError(f"dataset {source!r} lacks arrays {missing}; found {sorted(arrays)}")
-    has_val = ("x_val" in arrays, "y_val" in arrays)
-    if any(has_val) and not all(has_val):
-        raise DataError(f"dataset {source!r} must give both x_val and y_val, or neither")
-    sample_shape = arrays["x_train"].shape[1:]
-    for split in ("train", "val", "test"):
-        if f"x_{split}" not in arrays:
-            continue
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim < 2 or x.shape[0] == 0:
-            raise DataError(
-                f"x_{split} of {source!r} must be (N, *features) with N > 0, got {x.shape}"
-            )
-        if x.shape[1:] != sample_shape:
-            raise DataError(
-                f"x_{split} of {source!r} has sample shape {x.shape[1:]}, x_train has {sample_shape}"
-            )
-        if y.ndim != 1 or len(y) != len(x):
-            raise DataError(
-                f"y_{split} of {source!r} must be 1-D with one label per sample: "
-                f"{len(x)} samples in x_{split}, y_{split} has shape {y.shape}"
-            )
-        _check_inputs(x, f"x_{split}", source)
-        _check_label_values(y, f"y_{split}", source)
-
-
-def _check_inputs(x: np.ndarray, key: str, source: str) -> None:
-    """Numeric, finite inputs of a size within the settings."""
-    from automl.settings import get_settings
-
-    settings = get_settings()
-    numeric = np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)
-    if x.dtype == np.bool_ or not numeric:
-        raise DataError(
-            f"{key} of {source!r} has dtype {x.dtype}; inputs must be integer or float numbers"
-        )
-    features = int(np.prod(x.shape[1:]))
-    if len(x) > settings.data_max_samples or features > settings.data_max_features:
-        raise DataError(
-            f"{key} of {source!r} has {len(x)} samples of {features} features; at most "
-            f"{settings.data_max_samples} and {settings.data_max_features} are allowed "
-            "(AUTOML_DATA_MAX_SAMPLES, AUTOML_DATA_MAX_FEATURES)"
-        )
-    if np.issubdtype(x.dtype, np.floating):
-        bad = ~np.isfinite(x)
-        if bad.any():
-            first = np.argwhere(bad)[0]
-            raise DataError(
-                f"{key} of {source!r} has {int(bad.sum())} values that are NaN or infinite, "
-                f"the first at index {tuple(int(i) for i in first)} ({x[tuple(first)]}); "
-                "replace or drop them"
-            )
-
-
-def _check_label_values(y: np.ndarray, key: str, source: str) -> None:
-    """Integer labels in ``0..K-1`` with K within the settings."""
-    from automl.settings import get_settings
-
-    if y.dtype == np.bool_ or not np.issubdtype(y.dtype, np.integer):
-        raise DataError(f"{key} of {source!r} has dtype {y.dtype}; labels must be integers 0..K-1")
-    most = get_settings().data_max_classes
-    if y.min() < 0 or y.max() >= most:
-        raise DataError(
-            f"{key} of {source!r} holds labels {int(y.min())}..{int(y.max())}; labels must be "
-            f"class indices 0..K-1 with K at most {most} (AUTOML_DATA_MAX_CLASSES)"
-        )
-
-
-def _check_classes(arrays: dict[str, np.ndarray], source: str) -> None:
-    """At least two classes in train, and no validation or test class that train lacks."""
-    trained = np.unique(arrays["y_train"])
-    if len(trained) < 2:
-        raise DataError(
-            f"y_train of {source!r} holds one class ({trained.tolist()}): a classifier needs "
-            "at least two"
-        )
-    for key in ("y_val", "y_test"):
-        unseen = np.setdiff1d(np.unique(arrays[key]), trained)
-        if unseen.size:
-            raise DataError(
-                f"{key} of {source!r} holds classes {unseen.tolist()[:10]} that y_train lacks: "
-                "a model cannot learn them; move some of their samples into train"
-            )
-
-
 def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> list[np.ndarray]:
     try:
         return train_test_split(x, y, test_size=fraction, random_state=seed, stratify=y)
@@ -253,19 +194,49 @@ def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> list[np.
         return train_test_split(x, y, test_size=fraction, random_state=seed)
 
 
-def _finish(source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size: int) -> Dataset:
+def _finish(
+    source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size: int, standardize: bool
+) -> Dataset:
     raw_train = arrays["x_train"]
     # float32 statistics and float32 arithmetic: the formula a deployment applies, exactly.
-    mean = np.float32(raw_train.mean())
-    std = np.float32(raw_train.std())
+    mean = np.float32(raw_train.mean()) if standardize else np.float32(0.0)
+    std = np.float32(raw_train.std()) if standardize else np.float32(1.0)
     std = std if std > 0 else np.float32(1.0)
-    out = {
-        key: (value.astype(np.float32) - mean) / std
-        if key.startswith("x_")
-        else value.astype(np.int64)
+    out = _splits(arrays, lambda x: (x.astype(np.float32) - mean) / std)
+    return _dataset(
+        source, arrays, out, seed=seed, calib_size=calib_size,
+        preprocessing={"standardize": {"mean": float(mean), "std": float(std)}},
+        fingerprint=_fingerprint(out, seed),
+    )  # fmt: skip
+
+
+def _finish_tokens(
+    source: str, arrays: dict[str, np.ndarray], vocab_size: int, *, seed: int, calib_size: int
+) -> Dataset:
+    out = _splits(arrays, lambda x: x.astype(np.int64))
+    return _dataset(
+        source, arrays, out, seed=seed, calib_size=calib_size,
+        preprocessing={"tokens": {VOCAB_KEY: vocab_size}},
+        fingerprint=_fingerprint(out, seed, f"{VOCAB_KEY}={vocab_size}"),
+        input_dtype="int64", vocab_size=vocab_size,
+    )  # fmt: skip
+
+
+def _splits(arrays: dict[str, np.ndarray], inputs: Callable) -> dict[str, np.ndarray]:
+    """The split arrays: ``inputs`` applied to each x, labels as int64."""
+    return {
+        key: inputs(value) if key.startswith("x_") else value.astype(np.int64)
         for key, value in arrays.items()
-        if key in (*_REQUIRED_KEYS, "x_val", "y_val")
+        if key in (*REQUIRED_KEYS, "x_val", "y_val")
     }
+
+
+def _dataset(
+    source: str, arrays: dict[str, np.ndarray], out: dict[str, np.ndarray], *, seed: int,
+    calib_size: int, **fields: object,
+) -> Dataset:  # fmt: skip
+    """The Dataset of the model-ready splits ``out`` of the raw ``arrays``."""
+    raw_train = arrays["x_train"]
     rng = np.random.default_rng(seed)
     calib_rows = rng.permutation(len(out["x_train"]))[: min(calib_size, len(out["x_train"]))]
     labels = np.concatenate([out["y_train"], out["y_val"], out["y_test"]])
@@ -275,14 +246,13 @@ def _finish(source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size
         x_calib=out["x_train"][calib_rows],
         num_classes=num_classes,
         input_shape=tuple(int(d) for d in out["x_train"].shape[1:]),
-        preprocessing={"standardize": {"mean": float(mean), "std": float(std)}},
-        fingerprint=_fingerprint(out, seed),
         class_names=_class_names(arrays.get("class_names"), num_classes, source),
         raw_input={
             "dtype": raw_train.dtype.name,
             "min": raw_train.min().item(),
             "max": raw_train.max().item(),
         },
+        **fields,
         **out,
     )
 
@@ -311,25 +281,27 @@ def describe_dataset(data: Dataset) -> dict:
 
     Returns:
         ``class_names`` (the name of each logit, in order), ``raw_input`` (dtype, min and max
-        of the raw train inputs, before standardisation) and ``preprocessing`` (the
-        standardisation's ``mean`` and ``std``, its ``formula`` and its float32 ``dtype``).
+        of the raw train inputs, before standardisation) and ``preprocessing``: for features,
+        the standardisation's ``mean`` and ``std``, its ``formula`` and its float32 ``dtype``;
+        for token ids, the ``vocab_size``, a ``formula`` saying they are fed as they are, and
+        the int64 ``dtype``.
     """
+    if data.is_tokens:
+        formula = "x_model = int64(token ids), not standardised; ids lie in [0, vocab_size)"
+    else:
+        formula = (
+            "x_model = (float32(x_raw) - mean) / std, computed in float32, then cast to "
+            "the model input's dtype"
+        )
     return {
         "class_names": list(data.class_names),
         "raw_input": dict(data.raw_input),
-        "preprocessing": {
-            **data.preprocessing,
-            "formula": (
-                "x_model = (float32(x_raw) - mean) / std, computed in float32, then cast to "
-                "the model input's dtype"
-            ),
-            "dtype": "float32",
-        },
+        "preprocessing": {**data.preprocessing, "formula": formula, "dtype": data.input_dtype},
     }
 
 
-def _fingerprint(arrays: dict[str, np.ndarray], seed: int) -> str:
-    digest = hashlib.sha256(f"seed={seed}".encode())
+def _fingerprint(arrays: dict[str, np.ndarray], seed: int, kind: str = "") -> str:
+    digest = hashlib.sha256(f"seed={seed}{kind}".encode())
     for key in sorted(arrays):
         digest.update(key.encode())
         digest.update(np.ascontiguousarray(arrays[key]).tobytes())

@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 
+from automl import synthetic
 from automl.data import describe_dataset, load_dataset
 from automl.errors import DataError
 
@@ -188,3 +189,62 @@ def test_raw_inputs_are_standardised_by_the_float32_formula(tmp_path):
     assert expected.dtype == np.float32
     np.testing.assert_array_equal(data.x_test, expected)
     assert description["class_names"] == ["0", "1", "2"]
+
+
+def _tokens(tmp_path, **changes):
+    arrays = {**synthetic.tokens(n_train=40, n_test=20, length=8, vocab_size=16), **changes}
+    path = tmp_path / "tokens.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def test_token_ids_are_kept_as_int64_and_described_as_not_standardised(tmp_path):
+    data = load_dataset(_tokens(tmp_path))
+    raw = synthetic.tokens(n_train=40, n_test=20, length=8, vocab_size=16)
+    assert data.is_tokens and data.vocab_size == 16 and data.input_dtype == "int64"
+    assert data.input_shape == (8,) and data.x_calib.dtype == np.int64
+    for split in (data.x_train, data.x_val, data.x_test):
+        assert split.dtype == np.int64 and split.min() >= 0 and split.max() < 16
+    np.testing.assert_array_equal(data.x_test, raw["x_test"])  # as given, not standardised
+    description = json.loads(json.dumps(describe_dataset(data)))
+    assert description["preprocessing"]["dtype"] == "int64"
+    assert description["preprocessing"]["tokens"] == {"vocab_size": 16}
+    assert "not standardised" in description["preprocessing"]["formula"]
+    assert "standardize" not in description["preprocessing"]
+
+
+def test_integers_without_a_vocabulary_are_features(tmp_path):
+    arrays = synthetic.tokens(n_train=40, n_test=20, length=8, vocab_size=16)
+    del arrays["vocab_size"]
+    path = tmp_path / "ids.npz"
+    np.savez(path, **arrays)
+    data = load_dataset(str(path))
+    assert not data.is_tokens and data.x_train.dtype == np.float32
+    assert "standardize" in data.preprocessing
+
+
+def test_the_vocabulary_is_part_of_the_fingerprint(tmp_path):
+    first = load_dataset(_tokens(tmp_path)).fingerprint
+    assert load_dataset(_tokens(tmp_path, vocab_size=17)).fingerprint != first
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"vocab_size": np.array([16, 16])}, r"vocab_size .* must be one integer"),
+        ({"vocab_size": 1.5}, r"vocab_size .* must be one integer"),
+        ({"vocab_size": 1}, r"vocab_size .* must be in 2\.\.1000000"),
+        (
+            {"vocab_size": 10},
+            r"token ids 1\.\.15, outside the vocabulary 0\.\.9: raise vocab_size to 16",
+        ),
+        ({"x_test": np.zeros((20, 8), np.float32)}, r"x_test .* is float32 .* give integer ids"),
+        (
+            {"x_train": np.zeros((40, 2, 4), np.int64), "x_test": np.zeros((20, 2, 4), np.int64)},
+            r"shape \(40, 2, 4\), but vocab_size marks token ids",
+        ),
+    ],
+)
+def test_bad_token_data_names_the_problem(tmp_path, changes, message):
+    with pytest.raises(DataError, match=message):
+        load_dataset(_tokens(tmp_path, **changes))

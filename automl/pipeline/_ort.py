@@ -1,16 +1,31 @@
-"""ONNX Runtime session construction shared by the evaluate and latency stages."""
+"""ONNX Runtime sessions, and the arrays they are fed, shared by the pipeline stages.
+
+A graph's input is float32 (or float16, or float64) for features and int64 for token ids;
+:func:`feed` casts a caller's array to it, and refuses to turn floats into ids or back.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnxruntime as ort
 
+from automl.errors import SpecError
 from automl.pipeline.placement import RECORD_PLACEMENT
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
+
+# ONNX Runtime's input types, as numpy dtypes.
+ORT_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+}
 
 
 def make_session(
@@ -67,3 +82,37 @@ def open_session(
 def input_name(session: ort.InferenceSession) -> str:
     """Name of the model's single input."""
     return session.get_inputs()[0].name
+
+
+def input_dtype(session: ort.InferenceSession) -> type:
+    """The numpy dtype of the session's single input.
+
+    Raises:
+        SpecError: The input's type is none of :data:`ORT_DTYPES`.
+    """
+    kind = session.get_inputs()[0].type
+    if kind not in ORT_DTYPES:
+        raise SpecError(
+            f"model input type {kind} is not supported; expected one of {sorted(ORT_DTYPES)}"
+        )
+    return ORT_DTYPES[kind]
+
+
+def model_dtype(x: np.ndarray) -> type:
+    """The dtype a model takes ``x`` in: int64 for integer token ids, else float32."""
+    return np.int64 if np.issubdtype(np.asarray(x).dtype, np.integer) else np.float32
+
+
+def feed(x: np.ndarray, dtype: type) -> np.ndarray:
+    """``x`` as a contiguous array of the graph input's ``dtype``.
+
+    Raises:
+        SpecError: ``x`` is float and the graph takes integers (token ids), or the reverse.
+    """
+    x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.integer) != np.issubdtype(dtype, np.integer):
+        raise SpecError(
+            f"the model's input is {np.dtype(dtype).name} and the data is {x.dtype.name}: "
+            "token ids (integers) and features (floats) do not mix"
+        )
+    return np.ascontiguousarray(x, dtype=dtype)

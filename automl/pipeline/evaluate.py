@@ -8,16 +8,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from automl.errors import SpecError
-from automl.pipeline._ort import input_name, open_session
+from automl.pipeline._ort import feed, input_dtype, input_name, open_session
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
     import onnxruntime as ort
-
-# ORT input element types that callers' float32 arrays are cast to.
-_FLOAT_INPUTS = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,8 @@ def evaluate(
     Args:
         model: The ONNX artifact, or a session of it; its single input takes ``x``, its first
             output is logits ``(N, num_classes)``.
-        x: Float32 inputs ``(N, *input_shape)``; cast to float16 if the model's input is float16.
+        x: Inputs ``(N, *input_shape)``: floats, cast to the model input's float type, or
+            integer token ids for an int64 input.
         y: Integer labels ``(N,)`` in ``[0, num_classes)``.
         num_classes: Number of classes; the size of the confusion matrix.
         providers: ONNX Runtime execution providers in order of preference.
@@ -70,8 +68,8 @@ def evaluate(
 
     Raises:
         SpecError: ``x`` and ``y`` differ in length, the set is empty, a label is out of range,
-            ``batch_size`` is not positive, or the model's logits do not have ``num_classes``
-            columns.
+            ``batch_size`` is not positive, the model's logits do not have ``num_classes``
+            columns, or ``x`` is float and the model takes token ids (or the reverse).
     """
     labels = np.asarray(y).astype(np.int64, copy=False).reshape(-1)
     if len(x) != len(labels):
@@ -87,11 +85,10 @@ def evaluate(
 
     session = open_session(model, providers, intra_op_threads)
     name = input_name(session)
-    dtype = _FLOAT_INPUTS.get(session.get_inputs()[0].type)
+    dtype = input_dtype(session)
     predictions = []
     for start in range(0, len(labels), batch_size):
-        batch = np.asarray(x[start : start + batch_size])
-        logits = session.run(None, {name: batch if dtype is None else batch.astype(dtype)})[0]
+        logits = session.run(None, {name: feed(x[start : start + batch_size], dtype)})[0]
         if logits.ndim != 2 or logits.shape[1] != num_classes:
             raise SpecError(
                 f"model outputs logits of shape {logits.shape}, expected (batch, {num_classes})"

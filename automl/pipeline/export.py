@@ -1,4 +1,8 @@
-"""Export stage: ONNX with a dynamic batch axis, checked and compared against torch."""
+"""Export stage: ONNX with a dynamic batch axis, checked and compared against torch.
+
+The graph's input is float32 for float data and int64 for token ids; the other axes, e.g. a
+sequence's length, are the data's and fixed.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import onnx
 import torch
 
 from automl.errors import TrialFailed
-from automl.pipeline._ort import input_name, make_session
+from automl.pipeline._ort import input_name, make_session, model_dtype
 
 if TYPE_CHECKING:
     from torch import nn
@@ -37,7 +41,8 @@ def export_onnx(
 
     Args:
         model: The model, exported in eval mode on CPU.
-        sample: Real inputs (N, *input_shape), float32, used to trace and to compare outputs.
+        sample: Real inputs (N, *input_shape), used to trace and to compare outputs: floats
+            (the graph's input is float32) or integer token ids (int64).
         path: Where to write the ``.onnx`` file.
         atol: Largest allowed absolute difference between ORT and torch logits.
 
@@ -50,7 +55,7 @@ def export_onnx(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = model.cpu().eval()
-    inputs = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
+    inputs = torch.from_numpy(np.ascontiguousarray(sample, dtype=model_dtype(sample)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the plainer TorchScript exporter
         torch.onnx.export(

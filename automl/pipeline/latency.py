@@ -24,7 +24,7 @@ import numpy as np
 import onnxruntime as ort
 
 from automl.errors import SpecError, TargetUnavailable
-from automl.pipeline._ort import input_name, open_session
+from automl.pipeline._ort import feed, input_dtype, input_name, model_dtype, open_session
 from automl.pipeline.latency_decision import quantile_interval
 from automl.pipeline.placement import check_placement, node_placements
 from automl.pipeline.torch_cuda_latency import cuda_available, cuda_runner
@@ -43,11 +43,6 @@ _FEWEST_RUNS = 10  # below it, the median's interval spans every run
 _WARMUP_SECONDS = 0.2
 _FEWEST_OVER_BUDGET = 3  # timed runs a candidate over budget still gets, for its median
 _OVER_BUDGET_ERROR = 0.025  # chance that a candidate stopped over budget was within it
-_ORT_DTYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(double)": np.float64,
-}
 
 
 @dataclass(frozen=True)
@@ -218,8 +213,8 @@ def measure_latency(
         model: The ONNX file, or a session of it on ``target``'s providers and threads (one
             that has just run at ``batch_size`` needs fewer ``warmup_runs``).
         target: Where to measure; its hardware must be on this machine.
-        inputs: Real test samples, float32 of shape ``(N, *input_shape)``; rows are
-            repeated when ``N < batch_size``.
+        inputs: Real test samples ``(N, *input_shape)``, floats or token ids as the model
+            takes them; rows are repeated when ``N < batch_size``.
         batch_size: Samples per run.
         warmup_runs: Untimed runs first.
         min_runs: Timed runs before convergence is checked.
@@ -257,11 +252,13 @@ def measure_latency(
     wanted = target.execution_providers[0]
     if provider == wanted:
         placement = check_placement(node_placements(session), wanted)
-        run_once = _ort_runner(session, _batch(inputs, batch_size, _input_dtype(session)))
+        run_once = _ort_runner(session, _batch(inputs, batch_size, input_dtype(session)))
         source = "onnxruntime"
         env = env_fingerprint(provider, target.intra_op_threads, target, placement)
     elif target.kind == "cuda" and torch_model is not None and cuda_available():
-        run_once, threads, torch_env = cuda_runner(torch_model, _batch(inputs, batch_size), bits)
+        run_once, threads, torch_env = cuda_runner(
+            torch_model, _batch(inputs, batch_size, model_dtype(inputs)), bits
+        )
         provider, source = "torch.cuda", "torch-cuda"
         env = env_fingerprint(provider, threads, target) | torch_env
     else:
@@ -317,7 +314,7 @@ def ort_run_timer(
             f"but this ONNX Runtime runs the model on {provider}"
         )
     placement = check_placement(node_placements(session), provider)
-    run_once = _ort_runner(session, _batch(inputs, batch_size, _input_dtype(session)))
+    run_once = _ort_runner(session, _batch(inputs, batch_size, input_dtype(session)))
     _warm_up(run_once, warmup_runs)
     return run_once, env_fingerprint(provider, target.intra_op_threads, target, placement)
 
@@ -373,18 +370,8 @@ def _ort_runner(session: ort.InferenceSession, batch: np.ndarray) -> Callable[[]
     return run_once
 
 
-def _batch(inputs: np.ndarray, batch_size: int, dtype: type = np.float32) -> np.ndarray:
-    rows = np.arange(batch_size) % len(inputs)
-    return np.ascontiguousarray(inputs[rows], dtype=dtype)
-
-
-def _input_dtype(session: ort.InferenceSession) -> type:
-    kind = session.get_inputs()[0].type
-    if kind not in _ORT_DTYPES:
-        raise SpecError(
-            f"model input type {kind} is not supported; expected one of {sorted(_ORT_DTYPES)}"
-        )
-    return _ORT_DTYPES[kind]
+def _batch(inputs: np.ndarray, batch_size: int, dtype: type) -> np.ndarray:
+    return feed(inputs[np.arange(batch_size) % len(inputs)], dtype)
 
 
 def _cpu_model() -> str:

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 import torch
 import torch_pruning as tp
 
-from automl.candidate import TrainConfig
+from automl.candidate import OUTPUT_LAYER, TrainConfig
 from automl.errors import SpecError
-from automl.pipeline.train import train
+from automl.models import attention_heads
+from automl.models import output_layer as named_layer
+from automl.pipeline.train import logits_of, train
 
 if TYPE_CHECKING:
     from torch import nn
@@ -40,26 +42,31 @@ def prune(
     seed: int = 0,
     device: str = "cpu",
     threads: int = 1,
+    output_layer: str = OUTPUT_LAYER,
 ) -> PruneResult:
     """Remove ``ratio`` of the channels of every prunable layer, then fine-tune.
 
-    The output layer ``model.classifier`` is never pruned. A ratio of 0 leaves the model
-    untouched and skips the fine-tune.
+    The output layer (``output_layer``, ``classifier`` by default) is never pruned, nor are
+    embedding tables: a transformer loses whole attention heads and MLP channels, never its
+    residual width (see :func:`_pruner`). A ratio of 0 leaves the model untouched and skips
+    the fine-tune. With ``finetune.kd_alpha`` > 0, the fine-tune distils
+    the unpruned model's logits.
 
     Args:
-        model: A trained model with a ``classifier`` attribute; pruned in place.
+        model: A trained model with an output layer; pruned in place.
         data: The dataset, used for example inputs and the fine-tune.
         ratio: Share of channels to remove, in [0, 1).
         finetune: Settings of the fine-tune after pruning.
         seed: Seed of the fine-tune.
         device: Where to fine-tune.
         threads: Torch intra-op threads on CPU.
+        output_layer: The name of the model's output layer, which keeps its size.
 
     Returns:
         The pruned model (on CPU, eval mode) with MACs and params before and after.
 
     Raises:
-        SpecError: The ratio is outside [0, 1).
+        SpecError: The ratio is outside [0, 1), or the model has no ``output_layer``.
     """
     if not 0.0 <= ratio < 1.0:
         raise SpecError(f"pruning_ratio must be in [0, 1), got {ratio}")
@@ -68,15 +75,13 @@ def prune(
     macs_before, params_before = tp.utils.count_ops_and_params(model, example)
     history: tuple[dict, ...] = ()
     if ratio > 0:
-        pruner = tp.pruner.MetaPruner(
-            model,
-            example,
-            importance=tp.importance.GroupMagnitudeImportance(p=2),
-            pruning_ratio=ratio,
-            ignored_layers=[model.classifier],
-        )
-        pruner.step()
-        history = train(model, data, finetune, seed=seed, device=device, threads=threads).history
+        # The unpruned model is the teacher of a distilled fine-tune.
+        teacher = logits_of(model, data.x_train) if finetune.kd_alpha > 0 else None
+        _pruner(model, example, ratio, output_layer).step()
+        history = train(
+            model, data, finetune,
+            seed=seed, device=device, threads=threads, teacher_logits=teacher,
+        ).history  # fmt: skip
     model = model.cpu().eval()
     macs_after, params_after = tp.utils.count_ops_and_params(model, example)
     return PruneResult(
@@ -87,4 +92,28 @@ def prune(
         macs_after=int(macs_after),
         params_after=int(params_after),
         history=history,
+    )
+
+
+def _pruner(
+    model: nn.Module, example: torch.Tensor, ratio: float, output_layer: str
+) -> tp.pruner.MetaPruner:
+    """torch-pruning's pruner of ``ratio`` of the channels, and of the attention heads.
+
+    The output layer and embedding tables are ignored: ignoring an embedding keeps the width
+    of everything its output feeds (a transformer's residual stream), so attention loses
+    whole heads (the q, k and v projections in step) and the MLPs their hidden channels.
+    """
+    heads = attention_heads(model)
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    return tp.pruner.MetaPruner(
+        model,
+        example,
+        importance=tp.importance.GroupMagnitudeImportance(p=2),
+        pruning_ratio=ratio,
+        ignored_layers=[named_layer(model, output_layer), *embeddings],
+        num_heads=heads,
+        prune_num_heads=bool(heads),
+        prune_head_dims=False,
+        head_pruning_ratio=ratio if heads else 0.0,
     )

@@ -5,7 +5,9 @@ The methods (``fp32``, ``fp16``, ``int8-static``, ``int8-dynamic``, ``int4-weigh
 :func:`quantize_method` takes a method's name; :func:`quantize` keeps the old form, a bit-width
 and an ``int8_mode``.
 
-Inputs and outputs of every result are float32, so callers feed the same arrays to all of them.
+Every result takes the input of its fp32 graph (float32 features, or int64 token ids) and
+returns float32 logits, so callers feed the same arrays to all of them. Calibration samples are
+cast to that input's type.
 Failures inside the ONNX Runtime tools become :class:`UnsupportedQuantization` (cause chained),
 so a study can record them as a failed trial and go on.
 """
@@ -26,6 +28,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from automl.errors import SpecError, UnsupportedQuantization
+from automl.pipeline._ort import feed
 from automl.pipeline.methods import BITS, METHODS, get_method, method_for
 from automl.pipeline.methods import INT8_MODES as INT8_MODES
 
@@ -72,7 +75,8 @@ def quantize(
         model_path: A self-contained fp32 ONNX model (no external data) with one input.
         out_path: Where to write the result; parent folders are created.
         bits: 32, 16, 8 or 4.
-        calibration: Float32 samples shaped ``(N, *input_shape)``; required for 8-bit static.
+        calibration: Samples shaped ``(N, *input_shape)`` (floats, or token ids for an int64
+            input); required for 8-bit static.
         int8_mode: ``"static"`` (QDQ, calibrated) or ``"dynamic"``; used only when ``bits`` is 8.
 
     Returns:
@@ -102,8 +106,8 @@ def quantize_method(
         model_path: A self-contained fp32 ONNX model (no external data) with one input.
         out_path: Where to write the result; parent folders are created.
         method: A method's name, e.g. ``"int8-static"`` (see :mod:`automl.pipeline.methods`).
-        calibration: Float32 samples shaped ``(N, *input_shape)``; required by the methods
-            that need calibration.
+        calibration: Samples shaped ``(N, *input_shape)`` (floats, or token ids for an int64
+            input); required by the methods that need calibration.
 
     Returns:
         The written model's path, bit-width, method and size.
@@ -118,15 +122,16 @@ def quantize_method(
     if chosen.needs_calibration and calibration is None:
         alternative = ", or use int8_mode='dynamic'" if chosen.name == "int8-static" else ""
         raise SpecError(
-            f"method {chosen.name!r} needs calibration data: pass calibration=<float32 array "
+            f"method {chosen.name!r} needs calibration data: pass calibration=<array "
             f"(N, *input_shape)>{alternative}"
         )
     if calibration is not None:
-        calibration = np.asarray(calibration, dtype=np.float32)
+        calibration = np.asarray(calibration)
         if calibration.ndim < 2 or len(calibration) == 0:
             raise SpecError(
                 f"calibration must be a non-empty (N, *input_shape) array, not {calibration.shape}"
             )
+        calibration = feed(calibration, _input_dtype(src))
     dst.parent.mkdir(parents=True, exist_ok=True)
     _CONVERTERS[chosen.converter](src, dst, calibration)
     with _tool_failure("onnx.checker on the quantized model"):
@@ -168,6 +173,14 @@ class _ArrayReader:
         return next(self._feeds, None)
 
 
+def _input_dtype(path: Path) -> type:
+    """The numpy dtype of the graph's input (float32 for features, int64 for token ids)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer}
+    (value,) = (v for v in graph.input if v.name not in weights)
+    return helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).type
+
+
 def _input_name(model: onnx.ModelProto) -> str:
     initializers = {i.name for i in model.graph.initializer}
     return next(i.name for i in model.graph.input if i.name not in initializers)
@@ -205,7 +218,7 @@ def _to_qdq(
     with tempfile.TemporaryDirectory() as tmp:
         pre = _pre_process(src, Path(tmp) / "pre.onnx")
         reader = _ArrayReader(_input_name(onnx.load(pre)), calibration)
-        with _tool_failure("onnxruntime quantize_static"):
+        with _tool_failure("onnxruntime quantize_static"), _quiet_per_tensor_fallback():
             quantize_static(
                 pre,
                 dst,
@@ -217,6 +230,25 @@ def _to_qdq(
                 activation_type=getattr(QuantType, activations),
                 extra_options=extra or {},
             )
+
+
+@contextmanager
+def _quiet_per_tensor_fallback() -> Iterator[None]:
+    """Drop the root-logger warning that a 1-D weight (a LayerNorm's scale) is per-tensor.
+
+    Per-channel QDQ has no channel axis for such weights, so ORT quantizes them per tensor,
+    as intended, and warns once per layer.
+    """
+
+    def keep(record: logging.LogRecord) -> bool:
+        return "is out-of-range for weight" not in record.getMessage()
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
 
 
 def _to_int8_dynamic(src: Path, dst: Path) -> None:

@@ -78,7 +78,8 @@ def cuda_runner(
 
     dtype = getattr(torch, _dtype_name(bits))
     model = copy.deepcopy(torch_model).to(device="cuda", dtype=dtype).eval()
-    x = torch.from_numpy(batch).to(device="cuda", dtype=dtype)
+    x = torch.from_numpy(batch).to(device="cuda")
+    x = x.to(dtype) if x.is_floating_point() else x  # token ids stay int64
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
 

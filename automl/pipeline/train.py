@@ -31,8 +31,13 @@ def train(
     seed: int = 0,
     device: str = "cpu",
     threads: int = 1,
+    teacher_logits: np.ndarray | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``data.x_train`` with AdamW and cross-entropy.
+
+    With ``teacher_logits`` (one row per training sample) and ``config.kd_alpha`` > 0, the loss
+    is ``(1 - a) * CE + a * T² * KL(teacher || student)`` at temperature ``T``: knowledge
+    distillation, as Hinton et al. (2015) define it.
 
     Args:
         model: The model to train in place.
@@ -41,6 +46,7 @@ def train(
         seed: Seeds weight updates and shuffling.
         device: ``cpu`` or ``cuda``.
         threads: Torch intra-op threads on CPU.
+        teacher_logits: A teacher's logits on ``data.x_train``, for distillation.
 
     Returns:
         The trained model (on CPU, in eval mode) and its history.
@@ -55,6 +61,7 @@ def train(
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(config.epochs, 1))
     x = torch.from_numpy(data.x_train)
     y = torch.from_numpy(data.y_train)
+    teacher = None if teacher_logits is None else torch.from_numpy(teacher_logits)
     history = []
     for epoch in range(config.epochs):
         model.train()
@@ -62,7 +69,11 @@ def train(
         total_loss = 0.0
         for start in range(0, len(x), config.batch_size):
             rows = order[start : start + config.batch_size]
-            loss = nn.functional.cross_entropy(model(x[rows].to(device)), y[rows].to(device))
+            logits = model(x[rows].to(device))
+            loss = nn.functional.cross_entropy(logits, y[rows].to(device))
+            if teacher is not None and config.kd_alpha > 0:
+                kd = _distillation(logits, teacher[rows].to(device), config.kd_temperature)
+                loss = (1 - config.kd_alpha) * loss + config.kd_alpha * kd
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -73,6 +84,24 @@ def train(
             {"epoch": epoch + 1, "loss": total_loss / len(x), "val_accuracy": val_accuracy}
         )
     return TrainResult(model=model.cpu().eval(), history=tuple(history))
+
+
+def _distillation(logits: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL divergence of the student's softened distribution from the teacher's, times T²."""
+    return nn.functional.kl_div(
+        nn.functional.log_softmax(logits / temperature, dim=1),
+        nn.functional.log_softmax(teacher / temperature, dim=1),
+        reduction="batchmean",
+        log_target=True,
+    ) * (temperature**2)
+
+
+@torch.no_grad()
+def logits_of(model: nn.Module, x: np.ndarray, *, batch_size: int = 512) -> np.ndarray:
+    """A model's logits on ``x``, in eval mode on the CPU (a teacher's, for distillation)."""
+    model.eval()
+    out = [model(torch.from_numpy(x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
+    return torch.cat(out).numpy()
 
 
 @torch.no_grad()

@@ -15,6 +15,8 @@ from automl.pipeline._ort import make_session
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.train import accuracy
 
+pytest_plugins = ["family_data"]
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -99,3 +101,19 @@ def test_bad_arguments(digits, mlp, num_classes, batch_size, message):
 def test_empty_set(mlp):
     with pytest.raises(SpecError, match="empty"):
         evaluate(mlp[0], np.zeros((0, 1, 8, 8), np.float32), np.zeros(0, int), num_classes=10)
+
+
+def test_token_ids_are_fed_as_int64_and_features_are_refused(family_data, tmp_path):
+    from automl.candidate import ArchConfig
+    from automl.models import build_model
+    from automl.pipeline.export import export_onnx
+
+    data = family_data["tokens"]
+    arch = ArchConfig("transformer", 16, 1, heads=2)
+    model = build_model(arch, data.input_shape, data.num_classes, vocab_size=data.vocab_size)
+    path = export_onnx(model.eval(), data.x_test[:8], tmp_path / "t.onnx").path
+    as_int32 = data.x_test.astype(np.int32)  # cast to the graph's int64
+    result = evaluate(path, as_int32, data.y_test, num_classes=2, batch_size=7)
+    assert result.n == len(data.y_test)
+    with pytest.raises(SpecError, match="model's input is int64 and the data is float32"):
+        evaluate(path, data.x_test.astype(np.float32), data.y_test, num_classes=2)

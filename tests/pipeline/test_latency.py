@@ -20,6 +20,8 @@ from automl.pipeline.latency import (
 )
 from automl.targets import load_target
 
+pytest_plugins = ["family_data"]
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -239,3 +241,18 @@ def test_a_run_timer_needs_the_target_and_a_batch(tmp_path: Path, samples: np.nd
         latency_module.ort_run_timer(tmp_path / "missing.onnx", load_target("a100"), samples, 1)
     with pytest.raises(SpecError, match="batch_size"):
         latency_module.ort_run_timer(tmp_path / "missing.onnx", load_target("cpu"), samples, 0)
+
+
+def test_a_token_model_is_timed_on_int64_ids_at_the_serving_batch(family_data, tmp_path):
+    from automl.candidate import ArchConfig
+    from automl.models import build_model
+    from automl.pipeline.export import export_onnx
+
+    data = family_data["tokens"]
+    arch = ArchConfig("transformer", 16, 1, heads=2)
+    model = build_model(arch, data.input_shape, data.num_classes, vocab_size=data.vocab_size)
+    path = export_onnx(model.eval(), data.x_test[:8], tmp_path / "t.onnx").path
+    result = measure_latency(path, load_target("cpu"), data.x_test, 8, min_runs=10, max_runs=20)
+    assert result.batch_size == 8 and result.runs >= 10 and result.p50_ms > 0
+    with pytest.raises(SpecError, match="do not mix"):
+        measure_latency(path, load_target("cpu"), data.x_test.astype(np.float32), 8)

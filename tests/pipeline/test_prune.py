@@ -1,16 +1,19 @@
 from __future__ import annotations
 
 import pytest
+from family_cases import FAMILY_CASES
 
-from automl.candidate import FAMILIES, ArchConfig, TrainConfig
+from automl.candidate import CONV_FAMILIES, ArchConfig, TrainConfig
 from automl.errors import SpecError
-from automl.models import build_model
+from automl.models import attention_heads, build_model
 from automl.pipeline.export import export_onnx
 from automl.pipeline.prune import prune
 from automl.pipeline.train import accuracy, train
 
+pytest_plugins = ["family_data"]
 
-@pytest.mark.parametrize("family", FAMILIES)
+
+@pytest.mark.parametrize("family", ["mlp", *CONV_FAMILIES])
 def test_pruning_shrinks_macs_and_stays_exportable(digits, family, tmp_path):
     model = build_model(ArchConfig(family, 16, 2), digits.input_shape, digits.num_classes)
     trained = train(model, digits, TrainConfig(epochs=2)).model
@@ -43,3 +46,40 @@ def test_bad_ratio(digits):
     model = build_model(ArchConfig("mlp", 16, 1), digits.input_shape, digits.num_classes)
     with pytest.raises(SpecError, match="pruning_ratio"):
         prune(model, digits, 1.0, TrainConfig(epochs=1))
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES)
+def test_every_family_prunes_in_stages_and_stays_exportable(family_data, case, tmp_path):
+    name, arch = FAMILY_CASES[case]
+    data = family_data[name]
+    model = build_model(arch, data.input_shape, data.num_classes, vocab_size=data.vocab_size)
+    result = prune(model, data, 0.5, TrainConfig(epochs=1))
+    assert result.params_after < 0.8 * result.params_before
+    assert result.model.classifier.out_features == data.num_classes
+    exported = export_onnx(result.model, data.x_test[:16], tmp_path / "pruned.onnx")
+    assert exported.max_abs_diff < 1e-4
+
+
+def test_a_transformer_loses_whole_heads_and_mlp_channels_not_its_width(family_data):
+    data = family_data["tokens"]
+    arch = ArchConfig("transformer", 32, 2, heads=4, mlp_ratio=2.0)
+    model = build_model(arch, data.input_shape, data.num_classes, vocab_size=data.vocab_size)
+    result = prune(model, data, 0.5, TrainConfig(epochs=0))
+    for layer in result.model.layers:
+        assert layer.attn.num_heads == 2 and layer.attn.head_dim == 8
+        assert layer.attn.q.out_features == layer.attn.k.out_features == 16
+        assert layer.attn.out.in_features == 16 and layer.attn.out.out_features == 32
+        assert layer.fc1.out_features == 32  # of 64
+    assert result.model.embed.embedding_dim == 32 == result.model.classifier.in_features
+    assert set(attention_heads(result.model).values()) == {2}
+
+
+def test_the_output_layer_a_space_names_is_left_alone(family_data):
+    data = family_data["signals"]
+    arch = ArchConfig("user_families:dilated_conv", 16, 2, output_layer="head")
+    model = build_model(arch, data.input_shape, data.num_classes)
+    result = prune(model, data, 0.5, TrainConfig(epochs=0), output_layer="head")
+    assert result.model.head.out_features == data.num_classes
+    assert result.model.head.in_features == 8
+    with pytest.raises(SpecError, match="no output layer 'classifier'"):
+        prune(build_model(arch, data.input_shape, data.num_classes), data, 0.5, TrainConfig())

@@ -1,0 +1,134 @@
+"""Checks of a dataset's arrays, before it is split: each names the array and what to do."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from automl.errors import DataError
+
+REQUIRED_KEYS = ("x_train", "y_train", "x_test", "y_test")
+# The key that marks token ids, and the largest vocabulary an embedding table is built for.
+VOCAB_KEY = "vocab_size"
+_MAX_VOCAB = 1_000_000
+
+
+def validate(arrays: dict[str, np.ndarray], source: str) -> None:
+    missing = [key for key in REQUIRED_KEYS if key not in arrays]
+    if missing:
+        raise DataError(f"dataset {source!r} lacks arrays {missing}; found {sorted(arrays)}")
+    has_val = ("x_val" in arrays, "y_val" in arrays)
+    if any(has_val) and not all(has_val):
+        raise DataError(f"dataset {source!r} must give both x_val and y_val, or neither")
+    sample_shape = arrays["x_train"].shape[1:]
+    for split in ("train", "val", "test"):
+        if f"x_{split}" not in arrays:
+            continue
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.ndim < 2 or x.shape[0] == 0:
+            raise DataError(
+                f"x_{split} of {source!r} must be (N, *features) with N > 0, got {x.shape}"
+            )
+        if x.shape[1:] != sample_shape:
+            raise DataError(
+                f"x_{split} of {source!r} has sample shape {x.shape[1:]}, x_train has {sample_shape}"
+            )
+        if y.ndim != 1 or len(y) != len(x):
+            raise DataError(
+                f"y_{split} of {source!r} must be 1-D with one label per sample: "
+                f"{len(x)} samples in x_{split}, y_{split} has shape {y.shape}"
+            )
+        _check_inputs(x, f"x_{split}", source)
+        _check_label_values(y, f"y_{split}", source)
+
+
+def _check_inputs(x: np.ndarray, key: str, source: str) -> None:
+    """Numeric, finite inputs of a size within the settings."""
+    from automl.settings import get_settings
+
+    settings = get_settings()
+    numeric = np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)
+    if x.dtype == np.bool_ or not numeric:
+        raise DataError(
+            f"{key} of {source!r} has dtype {x.dtype}; inputs must be integer or float numbers"
+        )
+    features = int(np.prod(x.shape[1:]))
+    if len(x) > settings.data_max_samples or features > settings.data_max_features:
+        raise DataError(
+            f"{key} of {source!r} has {len(x)} samples of {features} features; at most "
+            f"{settings.data_max_samples} and {settings.data_max_features} are allowed "
+            "(AUTOML_DATA_MAX_SAMPLES, AUTOML_DATA_MAX_FEATURES)"
+        )
+    if np.issubdtype(x.dtype, np.floating):
+        bad = ~np.isfinite(x)
+        if bad.any():
+            first = np.argwhere(bad)[0]
+            raise DataError(
+                f"{key} of {source!r} has {int(bad.sum())} values that are NaN or infinite, "
+                f"the first at index {tuple(int(i) for i in first)} ({x[tuple(first)]}); "
+                "replace or drop them"
+            )
+
+
+def _check_label_values(y: np.ndarray, key: str, source: str) -> None:
+    """Integer labels in ``0..K-1`` with K within the settings."""
+    from automl.settings import get_settings
+
+    if y.dtype == np.bool_ or not np.issubdtype(y.dtype, np.integer):
+        raise DataError(f"{key} of {source!r} has dtype {y.dtype}; labels must be integers 0..K-1")
+    most = get_settings().data_max_classes
+    if y.min() < 0 or y.max() >= most:
+        raise DataError(
+            f"{key} of {source!r} holds labels {int(y.min())}..{int(y.max())}; labels must be "
+            f"class indices 0..K-1 with K at most {most} (AUTOML_DATA_MAX_CLASSES)"
+        )
+
+
+def vocab_size(value: np.ndarray | None, source: str) -> int | None:
+    """The dataset's ``vocab_size``: None, or an integer scalar in 2..``_MAX_VOCAB``."""
+    if value is None:
+        return None
+    value = np.asarray(value)
+    if value.ndim != 0 or not np.issubdtype(value.dtype, np.integer):
+        raise DataError(
+            f"{VOCAB_KEY} of {source!r} must be one integer (the number of token ids), got "
+            f"{value.dtype} of shape {value.shape}"
+        )
+    if not 2 <= int(value) <= _MAX_VOCAB:
+        raise DataError(f"{VOCAB_KEY} of {source!r} must be in 2..{_MAX_VOCAB}, got {int(value)}")
+    return int(value)
+
+
+def check_tokens(arrays: dict[str, np.ndarray], source: str, vocab_size: int) -> None:
+    """Token ids: integer arrays (N, L) with every id in ``[0, vocab_size)``."""
+    for key in ("x_train", "x_val", "x_test"):
+        if key not in arrays:
+            continue
+        x = arrays[key]
+        if not np.issubdtype(x.dtype, np.integer) or x.ndim != 2:
+            raise DataError(
+                f"{key} of {source!r} is {x.dtype} of shape {x.shape}, but {VOCAB_KEY} marks "
+                "token ids: give integer ids of shape (N, L), or drop vocab_size for features"
+            )
+        if x.min() < 0 or x.max() >= vocab_size:
+            raise DataError(
+                f"{key} of {source!r} holds token ids {int(x.min())}..{int(x.max())}, outside "
+                f"the vocabulary 0..{vocab_size - 1}: raise {VOCAB_KEY} to {int(x.max()) + 1} "
+                "or more, or fix the ids"
+            )
+
+
+def check_classes(arrays: dict[str, np.ndarray], source: str) -> None:
+    """At least two classes in train, and no validation or test class that train lacks."""
+    trained = np.unique(arrays["y_train"])
+    if len(trained) < 2:
+        raise DataError(
+            f"y_train of {source!r} holds one class ({trained.tolist()}): a classifier needs "
+            "at least two"
+        )
+    for key in ("y_val", "y_test"):
+        unseen = np.setdiff1d(np.unique(arrays[key]), trained)
+        if unseen.size:
+            raise DataError(
+                f"{key} of {source!r} holds classes {unseen.tolist()[:10]} that y_train lacks: "
+                "a model cannot learn them; move some of their samples into train"
+            )

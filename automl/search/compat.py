@@ -1,0 +1,180 @@
+"""Whether a search space, a dataset and a target work together: checked once, before any trial.
+
+A family takes the inputs its layers can: ``mlp`` any float features, the conv families
+(C, L) or (C, H, W) floats, ``transformer`` int64 token ids (L,) with a vocabulary. A
+user-written family (``package.module:function``) is built, pruned at the space's largest
+ratio and exported on a batch of the data, and refused with the stage that failed. The target
+must run every method the space can suggest. Each refusal is one line that names the family,
+the data's shape and what would work.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from automl.candidate import CONV_FAMILIES, FAMILIES, OUTPUT_LAYER
+from automl.errors import SpecError
+from automl.search.space import CategoricalParam, FixedParam, IntParam, candidate_from_values
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from automl.candidate import ArchConfig
+    from automl.data import Dataset
+    from automl.search.space import Param, SearchSpace
+    from automl.targets import Target
+
+# The user-written families that passed their dry run here: (family, arch, data fingerprint).
+_PASSED: set[str] = set()
+
+
+def check_compatible(space: SearchSpace, data: Dataset, target: Target) -> None:
+    """Refuse a space, dataset and target that cannot run together, before any trial.
+
+    Args:
+        space: The search space.
+        data: The loaded dataset.
+        target: Where the study measures latency.
+
+    Raises:
+        SpecError: A family of the space cannot take the data's inputs, a user-written family
+            fails to build, prune or export, transformer widths do not divide into heads, or
+            the space suggests a method the target does not run.
+    """
+    space.check_target(target)
+    for family in families(space):
+        if family in FAMILIES:
+            problem = input_problem(family, data)
+            if problem:
+                raise SpecError(f"search space {space.name!r}: {problem}")
+        else:
+            _dry_run(_user_arch(space, family), space, data)
+    if "transformer" in families(space):
+        _check_heads(space)
+
+
+def families(space: SearchSpace) -> list[str]:
+    """Every ``arch.family`` the space can suggest (none for a trained model's space)."""
+    return [str(v) for v in _values(space, "arch.family")]
+
+
+def input_problem(family: str, data: Dataset) -> str | None:
+    """Why a built-in ``family`` cannot take ``data``'s inputs, with what would; else None."""
+    shape = data.input_shape
+    if data.is_tokens:
+        if family == "transformer":
+            return None
+        need = "float features" if family == "mlp" else "(C, L) or (C, H, W) float inputs"
+        return (
+            f"family {family!r} needs {need}; the data holds int64 token ids of shape {shape} "
+            f"(vocab_size {data.vocab_size}): use family 'transformer' or your own family"
+        )
+    fitting = [f for f in FAMILIES if _takes_features(f, shape)]
+    if family in fitting:
+        return None
+    if family == "transformer":
+        need = "int64 token ids (N, L) with vocab_size in the dataset"
+    else:
+        need = "(C, L) or (C, H, W) float inputs"
+    hint = " (save 1-D samples as (N, 1, L) for a 1-D conv)" if len(shape) == 1 else ""
+    return (
+        f"family {family!r} needs {need}; the data has {data.input_dtype} samples of shape "
+        f"{shape}: use one of {fitting}{hint}"
+    )
+
+
+def _takes_features(family: str, shape: tuple[int, ...]) -> bool:
+    return family == "mlp" or (family in CONV_FAMILIES and len(shape) in (2, 3))
+
+
+def _check_heads(space: SearchSpace) -> None:
+    """Every transformer width the space suggests must split into every heads value."""
+    widths = _values(space, "arch.width") or [32]
+    heads = _values(space, "arch.heads") or [4]
+    bad = next(((w, h) for w in widths for h in heads if int(w) % int(h)), None)
+    if bad:
+        raise SpecError(
+            f"search space {space.name!r}: family 'transformer' needs widths (d_model) that "
+            f"every heads value divides, and width {bad[0]} does not split into {bad[1]} "
+            f"heads: choose widths that are multiples of {sorted({int(h) for h in heads})}"
+        )
+
+
+def _values(space: SearchSpace, key: str) -> list[Any]:
+    """Every value the space gives ``key`` (a float range: its ends); empty if it sets none."""
+    out: list[Any] = []
+    for name, param in space.params.items():
+        if (param.sets or name) == key:
+            out += _param_values(param)
+    return out
+
+
+def _param_values(param: Param) -> list[Any]:
+    if isinstance(param, CategoricalParam):
+        return list(param.choices)
+    if isinstance(param, FixedParam):
+        return [param.value]
+    if isinstance(param, IntParam):
+        return list(range(param.low, param.high + 1, param.step))
+    return [param.low, param.high]
+
+
+def _user_arch(space: SearchSpace, family: str) -> ArchConfig:
+    """The architecture of the space's first candidate with ``family``, following ``when``."""
+    chosen: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for name, param in space.params.items():
+        if param.when and not all(chosen.get(k) in v for k, v in param.when.items()):
+            continue
+        key = param.sets or name
+        chosen[name] = family if key == "arch.family" else _param_values(param)[0]
+        values[key] = chosen[name]
+    values["arch.output_layer"] = space.output_layer or OUTPUT_LAYER
+    return candidate_from_values(values).arch
+
+
+def _dry_run(arch: ArchConfig, space: SearchSpace, data: Dataset) -> None:
+    """Build, prune (at the space's largest ratio) and export a user-written family once.
+
+    Raises:
+        SpecError: A stage failed; the message names the family and the stage.
+    """
+    ratio = max((float(v) for v in _values(space, "pruning_ratio")), default=0.0)
+    key = repr((arch, ratio, data.fingerprint))
+    if key in _PASSED:
+        return
+    from automl.candidate import TrainConfig
+    from automl.models import build_model, import_family
+    from automl.pipeline.export import export_onnx
+    from automl.pipeline.prune import prune
+
+    with _stage(arch.family, "import", data):
+        import_family(arch.family)
+    with _stage(arch.family, "build", data):
+        model = build_model(arch, data.input_shape, data.num_classes, vocab_size=data.vocab_size)
+    with _stage(arch.family, "prune", data):
+        layer = arch.output_layer
+        pruned = prune(model.eval(), data, ratio, TrainConfig(epochs=0), output_layer=layer).model
+    with _stage(arch.family, "export", data), tempfile.TemporaryDirectory() as tmp:
+        export_onnx(pruned, data.x_test[:4], Path(tmp) / "family.onnx")
+    _PASSED.add(key)
+
+
+@contextmanager
+def _stage(family: str, stage: str, data: Dataset) -> Iterator[None]:
+    """Turn any failure inside into a SpecError naming the family, the stage and the data."""
+    try:
+        yield
+    except Exception as e:  # the user's code may raise anything
+        cause = e.__cause__ if isinstance(e, SpecError) and e.__cause__ is not None else e
+        detail = str(cause) if isinstance(cause, SpecError) else f"{type(cause).__name__}: {cause}"
+        raise SpecError(
+            f"family {family!r} failed at {stage} on {data.input_dtype} samples of shape "
+            f"{data.input_shape}: {detail}"
+        ) from e
+
+
+__all__ = ["check_compatible", "families", "input_problem"]

@@ -1,0 +1,189 @@
+"""Space, data and target checked together before any trial: in the service, the CLI, workers
+and the REST API."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+
+from automl import synthetic
+from automl.errors import SpecError
+from automl.search.compat import check_compatible
+from automl.search.space import SearchSpace, load_space
+from automl.targets import load_target
+
+pytest_plugins = ["family_data"]
+CPU = load_target("cpu")
+
+
+def _space(family: str, *, output_layer: str | None = None, **params: dict) -> SearchSpace:
+    values = {
+        "arch.family": {"type": "fixed", "value": family},
+        "arch.width": {"type": "fixed", "value": 8},
+        "pruning_ratio": {"type": "categorical", "choices": [0.0, 0.5]},
+        **params,
+    }
+    return SearchSpace(name="s", params=values, output_layer=output_layer)
+
+
+@pytest.mark.parametrize(
+    ("family", "data", "message"),
+    [
+        (
+            "transformer",
+            "digits",
+            r"search space 's': family 'transformer' needs int64 token ids \(N, L\) with "
+            r"vocab_size in the dataset; the data has float32 samples of shape \(1, 8, 8\): "
+            r"use one of \['mlp', 'cnn', 'resnet', 'mobilenet'\]$",
+        ),
+        (
+            "cnn",
+            "tokens",
+            r"family 'cnn' needs \(C, L\) or \(C, H, W\) float inputs; the data holds int64 "
+            r"token ids of shape \(16,\) \(vocab_size 32\): use family 'transformer'",
+        ),
+        ("mlp", "tokens", r"family 'mlp' needs float features; the data holds int64 token ids"),
+        ("transformer", "signals", r"the data has float32 samples of shape \(1, 64\)"),
+    ],
+)
+def test_a_family_that_cannot_take_the_data_is_refused(family_data, digits, family, data, message):
+    dataset = digits if data == "digits" else family_data[data]
+    with pytest.raises(SpecError, match=message):
+        check_compatible(_space(family), dataset, CPU)
+
+
+def test_flat_features_suggest_the_mlp_and_the_1d_layout(tmp_path):
+    from automl.data import load_dataset
+
+    arrays = synthetic.signals(n_train=40, n_test=20)
+    arrays = {k: v.reshape(len(v), -1) if k.startswith("x_") else v for k, v in arrays.items()}
+    np.savez(tmp_path / "flat.npz", **arrays)
+    flat = load_dataset(str(tmp_path / "flat.npz"))
+    with pytest.raises(SpecError, match=r"use one of \['mlp'\] \(save 1-D samples as \(N, 1, L\)"):
+        check_compatible(_space("resnet"), flat, CPU)
+
+
+def test_the_shipped_spaces_fit_their_data_and_digits_cnn_now_takes_signals(family_data):
+    check_compatible(load_space("signals-cnn"), family_data["signals"], CPU)
+    check_compatible(load_space("images-resnet"), family_data["images"], CPU)
+    check_compatible(load_space("text-transformer"), family_data["tokens"], CPU)
+    # The issue's failure: 1-D samples (N, 1, L) with digits-cnn failed every trial.
+    check_compatible(load_space("digits-cnn"), family_data["signals"], CPU)
+    check_compatible(load_space("digits-mixed"), family_data["signals"], CPU)
+
+
+def test_a_categorical_family_is_checked_choice_by_choice(family_data):
+    space = _space("mlp", **{"arch.family": {"type": "categorical", "choices": ["cnn", "mlp"]}})
+    check_compatible(space, family_data["signals"], CPU)
+    with pytest.raises(SpecError, match="family 'cnn' needs"):
+        check_compatible(space, family_data["tokens"], CPU)
+
+
+def test_transformer_widths_must_split_into_every_heads_value(family_data):
+    space = _space(
+        "transformer",
+        **{
+            "arch.width": {"type": "int", "low": 16, "high": 40, "step": 4},
+            "arch.heads": {"type": "categorical", "choices": [2, 4, 8]},
+        },
+    )
+    with pytest.raises(SpecError, match=r"width 20 does not split into 8 heads: .*\[2, 4, 8\]"):
+        check_compatible(space, family_data["tokens"], CPU)
+
+
+def test_a_method_the_target_does_not_run_is_refused(digits):
+    space = _space("mlp", method={"type": "categorical", "choices": ["fp32", "int8-trt"]})
+    with pytest.raises(SpecError, match=r"names methods \['int8-trt'\], which target 'cpu'"):
+        check_compatible(space, digits, CPU)
+
+
+def test_a_user_family_that_builds_prunes_and_exports_passes(family_data):
+    dilation = {"type": "categorical", "choices": [2, 3]}
+    space = _space(
+        "user_families:dilated_conv", output_layer="head", **{"arch.extra.dilation": dilation}
+    )
+    check_compatible(space, family_data["signals"], CPU)
+    candidate = space.suggest(
+        optuna.trial.FixedTrial({"pruning_ratio": 0.5, "arch.extra.dilation": 3})
+    )
+    assert candidate.arch.extra == {"dilation": 3} and candidate.arch.output_layer == "head"
+
+
+@pytest.mark.parametrize(
+    ("family", "output_layer", "message"),
+    [
+        ("no_such_module:f", None, r"'no_such_module:f' failed at import on float32 samples of "
+         r"shape \(1, 64\): ModuleNotFoundError: No module named 'no_such_module'"),
+        ("user_families:missing", None, r"failed at import .*has no attribute 'missing'"),
+        ("user_families:refuses_to_build", None, r"failed at build .*: ValueError: this family"),
+        ("user_families:not_a_module", None, r"failed at build .*returned a dict"),
+        ("user_families:unnamed_output", None,
+         r"failed at build .*no output layer 'classifier' .*set output_layer: <name>"),
+        ("user_families:cannot_prune", "head", r"failed at prune .*: RuntimeError"),
+        ("user_families:cannot_export", "head", r"failed at export .*bessel_j0"),
+    ],
+)  # fmt: skip
+def test_a_user_family_is_refused_at_the_stage_that_fails(
+    family_data, family, output_layer, message
+):
+    with pytest.raises(SpecError, match=message):
+        check_compatible(_space(family, output_layer=output_layer), family_data["signals"], CPU)
+
+
+def _signals_npz(folder) -> str:
+    path = folder / "signals.npz"
+    np.savez(path, **synthetic.signals(n_train=60, n_test=20, length=40))  # (N, 1, 40)
+    return str(path)
+
+
+def test_the_cli_refuses_with_one_line_exit_2_and_no_study(cli):
+    dataset = _signals_npz(cli.root)
+    out = cli("study", "start", "--space", "text-transformer", "--dataset", dataset,
+              "--n-trials", "2", check=False)  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    error = " ".join(out.stderr.split())  # rich wraps long lines
+    assert "family 'transformer' needs int64 token ids" in error
+    assert "float32 samples of shape (1, 40)" in error
+    assert optuna.get_all_study_summaries(cli.storage) == []
+
+
+def test_a_detached_study_is_skipped_by_workers_with_a_log_line(cli):
+    # A plugin dataset may live on the workers only: --detach creates the study unchecked.
+    cli("study", "start", "--space", "signals-cnn", "--dataset", "automl.synthetic:tokens",
+        "--n-trials", "2", "--name", "mismatch", "--detach")  # fmt: skip
+    out = cli("worker", "--target", "cpu", "--studies", "mismatch", check=False)
+    error = " ".join(out.stderr.split())
+    assert "study mismatch cannot run on this worker" in error
+    assert "family 'cnn' needs (C, L) or (C, H, W) float inputs" in error
+    (summary,) = optuna.get_all_study_summaries(cli.storage)
+    assert summary.n_trials == 0
+
+
+def test_the_issue_s_signals_now_run_with_the_digits_cnn_space(cli):
+    """`--space digits-cnn --dataset signals.npz` with (N, 1, 40) samples failed every trial."""
+    space = load_space("digits-cnn").model_dump(mode="json", exclude_none=True)
+    space["params"]["train.epochs"] = {"type": "fixed", "value": 1}
+    (cli.root / "space.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+    out = cli("study", "start", "--space", "space.yaml", "--dataset", _signals_npz(cli.root),
+              "--n-trials", "2", "--name", "signals", "--no-remeasure-front")  # fmt: skip
+    assert "ended: done" in out.stdout
+    study = optuna.load_study(study_name="signals", storage=cli.storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+
+
+def test_extra_knobs_need_a_name_and_output_layer_applies_to_user_families_only():
+    with pytest.raises(ValueError, match=r"unknown key 'arch\.extra\.2x'"):
+        _space("mlp", **{"arch.extra.2x": {"type": "fixed", "value": 1}})
+    mixed = _space(
+        "cnn", output_layer="head",
+        **{"arch.family": {"type": "categorical", "choices": ["cnn", "user_families:dilated_conv"]}},
+    )  # fmt: skip
+    families = ("cnn", "user_families:dilated_conv")
+    trials = {
+        f: optuna.trial.FixedTrial({"arch.family": f, "pruning_ratio": 0.0}) for f in families
+    }
+    archs = {family: mixed.suggest(trial).arch for family, trial in trials.items()}
+    assert archs["cnn"].output_layer == "classifier"
+    assert archs["user_families:dilated_conv"].output_layer == "head"
