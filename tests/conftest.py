@@ -193,3 +193,34 @@ def storage_url(request, tmp_path):
     else:
         with pg_schema() as url:
             yield url
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """``cli(*args, check=True)`` runs ``python -m automl`` in ``tmp_path`` on its own storage.
+
+    It has ``env``, ``root`` (``tmp_path``) and ``storage`` (the SQLite URL) for tests that
+    start the command themselves.
+    """
+    env = {
+        **os.environ,
+        "AUTOML_STORAGE": f"sqlite:///{tmp_path}/studies/automl.db",
+        "AUTOML_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
+        "AUTOML_HEARTBEAT_INTERVAL_S": "1",
+        "AUTOML_GRACE_PERIOD_S": "3",
+        "COLUMNS": "200",
+    }
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [sys.executable, "-m", "automl", *args], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=600,
+        )  # fmt: skip
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    run.env = env
+    run.root = tmp_path
+    run.storage = env["AUTOML_STORAGE"]
+    return run

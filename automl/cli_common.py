@@ -1,0 +1,53 @@
+"""What the ``automl`` command modules share: consoles, option aliases, storage and errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from automl.errors import TargetUnavailable
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+# Piped output gets a wide console so that tables are not cut to 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+StorageOpt = Annotated[
+    str | None, typer.Option("--storage", help="SQLAlchemy URL \\[env AUTOML_STORAGE].")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def open_cli_storage(url: str | None, *, create: bool = True) -> BaseStorage:
+    """The storage at ``url``; read-only commands pass ``create=False`` (no new SQLite file)."""
+    from automl.settings import get_settings
+    from automl.storage.factory import open_storage
+
+    settings = get_settings()
+    return open_storage(url or settings.storage, settings, create=create)
+
+
+def shown_url(url: str | None) -> str:
+    """The storage URL for messages, its password hidden (as ***)."""
+    from sqlalchemy.engine import make_url
+
+    from automl.settings import get_settings
+
+    return make_url(url or get_settings().storage).render_as_string(hide_password=True)
+
+
+def fail(error: Exception) -> typer.Exit:
+    """Print ``error`` as one line and return the exit to raise: 3 for an absent target, else 2."""
+    err.print(f"[bold red]error:[/] {error}", highlight=False)
+    return typer.Exit(code=2 if not isinstance(error, TargetUnavailable) else 3)
+
+
+def print_json(value: object) -> None:
+    """Print ``value`` as indented JSON (anything unknown as its ``str``)."""
+    typer.echo(json.dumps(value, indent=2, default=str))

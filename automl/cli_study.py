@@ -1,0 +1,355 @@
+"""``automl study ...``: create, run and inspect studies. Heavy imports wait inside commands."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from automl.cli_common import (
+    JsonOpt,
+    StorageOpt,
+    console,
+    fail,
+    open_cli_storage,
+    print_json,
+    shown_url,
+)
+from automl.errors import AutomlError, SpecError
+
+if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+study_app = typer.Typer(help="Create, run and inspect studies.", no_args_is_help=True)
+
+
+@study_app.command("start")
+def start(
+    spec_file: Annotated[Path | None, typer.Argument(help="Study spec YAML.")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Study name; alone, it resumes that study.")
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option(help="Target, e.g. cpu or a100; 'cpu,a100' makes one study each.")
+    ] = None,
+    space: Annotated[str | None, typer.Option(help="Search space name or YAML path.")] = None,
+    dataset: Annotated[str | None, typer.Option(help="digits, an .npz path or module:fn.")] = None,
+    n_trials: Annotated[int | None, typer.Option(help="COMPLETE trials to reach.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds, from the first trial.")] = None,
+    sampler: Annotated[str | None, typer.Option(help="default, tpe, nsga2, random or gp.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of data, training and sampler.")] = None,
+    storage: StorageOpt = None,
+    jobs: Annotated[int, typer.Option(help="Local worker processes.", min=1)] = 1,
+    detach: Annotated[bool, typer.Option(help="Only create the study, for workers.")] = False,
+    remeasure_front: Annotated[
+        bool,
+        typer.Option(help="At the end, measure the front's latency again, to decide budgets."),
+    ] = True,
+    retry_failed: Annotated[
+        bool, typer.Option(help="Resume a study that ended on too many failures.")
+    ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(help="A trained model to optimize: package.module:function building it."),
+    ] = None,
+    weights: Annotated[
+        Path | None, typer.Option(help="The trained model's state dict (torch.save).")
+    ] = None,
+    mlflow_uri: Annotated[
+        str | None,
+        typer.Option(help="Log each trial to this MLflow tracking URI \\[env AUTOML_MLFLOW_URI]."),
+    ] = None,
+) -> None:
+    """Create (or resume) a study and run it here, ending with the Pareto front.
+
+    `--model pkg.mod:fn --weights w.pt` optimizes that trained model (pruning, fine-tune,
+    quantization, batch) against its own measured baseline, the study's first trial.
+
+    `--name N` alone (a budget may come with it) resumes study N with its stored spec.
+    Ctrl-C finishes the running trial, prints the front and the command that resumes, and
+    exits 130; a second Ctrl-C aborts the trial (it is marked FAIL) and exits 130 at once.
+    SIGTERM stops as the first Ctrl-C does, and exits 0.
+    """
+    signal.signal(signal.SIGINT, _interrupt)
+    overrides = {
+        "name": name, "search_space": space, "dataset": dataset, "n_trials": n_trials,
+        "timeout_s": timeout, "sampler": sampler, "seed": seed,
+        "model": _trained(model, weights),
+    }  # fmt: skip
+    try:
+        from automl.fleet.local import run_here
+        from automl.service.studies import create_study
+        from automl.service.studies import retry_failed as forgive_failures
+        from automl.targets import is_present, load_target, require_present
+        from automl.trials.baseline import check_study_model
+
+        store = open_cli_storage(storage) if _names_a_study(spec_file, target, overrides) else None
+        specs = store and _stored_spec(store, overrides)
+        specs = specs or _specs_per_target(spec_file, target, overrides)
+        runnable = [s for s in specs if is_present(load_target(s.target))]
+        if not detach and not runnable:
+            require_present(load_target(specs[0].target))
+        store = store or open_cli_storage(storage)
+        for spec in specs:
+            if not detach:  # a detached study's data and weights may be on its workers only
+                check_study_model(spec)
+            create_study(spec, store, check_data=not detach)
+            if retry_failed:
+                forgive_failures(spec.name, store)
+        if not detach:
+            _open_tracking(mlflow_uri, runnable)
+    except AutomlError as e:
+        raise fail(e) from None
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: see run_here
+        console.print("aborted by Ctrl-C before a trial started")
+        raise typer.Exit(130) from None
+    url = shown_url(storage)
+    for spec in specs:
+        if detach or spec not in runnable:
+            console.print(f"Study [bold]{spec.name}[/] is queued for a worker on {spec.target}:")
+            console.print(
+                f"  automl worker --target {spec.target} --storage {url} --studies {spec.name}"
+            )
+    if detach:
+        return
+    after = _print_remeasured if remeasure_front else None
+    code = run_here(runnable, store, storage_url=storage, jobs=jobs, console=console, after=after)
+    if code:
+        raise typer.Exit(code)
+
+
+def _open_tracking(mlflow_uri: str | None, specs: list) -> None:
+    """Check the MLflow store and create each study's experiment before any trial runs.
+
+    The URI goes into the environment, where the ``--jobs`` helper processes read their settings.
+    """
+    import os
+
+    from automl.fleet.tracking import tracker
+    from automl.settings import get_settings
+
+    if mlflow_uri is not None:
+        os.environ["AUTOML_MLFLOW_URI"] = mlflow_uri
+        get_settings.cache_clear()
+    for spec in specs:
+        tracker(get_settings().mlflow_uri, spec)
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C in ``start`` outside its trial loop; not plain, see :class:`automl.errors.Aborted`."""
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise _Interrupted
+
+
+def _trained(model: str | None, weights: Path | None) -> dict | None:
+    """The spec's ``model`` from ``--model`` and ``--weights``, which come together."""
+    if (model is None) != (weights is None):
+        raise fail(SpecError("--model and --weights come together: the factory and its weights"))
+    return None if model is None else {"factory": model, "weights": str(weights)}
+
+
+def _names_a_study(spec_file: Path | None, target: str | None, overrides: dict) -> bool:
+    """Whether ``start`` got a study name and at most a new budget."""
+    spec_options = ("search_space", "dataset", "sampler", "seed", "model")
+    named = overrides["name"] is not None and spec_file is None and target is None
+    return named and all(overrides[key] is None for key in spec_options)
+
+
+def _stored_spec(store: BaseStorage, overrides: dict) -> list | None:
+    """The named study's stored spec with the new budget; None when there is no such study."""
+    from automl.search.spec import parse_spec
+    from automl.service.studies import StudyNotFound, load
+
+    try:
+        _, spec = load(overrides["name"], store)
+    except StudyNotFound:
+        return None
+    budget = {k: overrides[k] for k in ("n_trials", "timeout_s") if overrides[k] is not None}
+    return [parse_spec({**spec.model_dump(mode="json"), **budget})]
+
+
+def _print_remeasured(name: str, store: BaseStorage) -> None:
+    from automl.settings import get_settings
+    from automl.storage.factory import open_artifact_store
+    from automl.trials.remeasure import remeasure_front
+
+    results = remeasure_front(name, store, open_artifact_store(get_settings()))
+    for number, latency in sorted(results.items()):
+        console.print(
+            f"trial {number}: p50 {latency['first_p50_ms']:.4f} ms in the study, "
+            f"{latency['p50_ms']:.4f} ms re-measured (cv {latency['cv']:.3f}, "
+            f"{latency['runs']} runs)",
+            highlight=False,
+        )
+        for decision in latency["decisions"]:
+            console.print(
+                f"  {decision['metric']} {decision['op']} {decision['bound']:g}: "
+                f"{decision['verdict']}, {decision['reason']}",
+                highlight=False,
+            )
+
+
+def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: dict) -> list:
+    """One spec per comma-separated target; several targets suffix the name with the target."""
+    from automl.search.spec import load_spec, parse_spec
+
+    def one(target: str | None, suffix: bool):
+        values = {**overrides, "target": target}
+        if suffix and values["name"]:
+            values["name"] = f"{values['name']}-{target}"
+        if spec_file is not None:
+            spec = load_spec(spec_file, **values)
+            if suffix and not values["name"]:
+                spec = parse_spec({**spec.model_dump(), "name": f"{spec.name}-{target}"})
+            return spec
+        return parse_spec({k: v for k, v in values.items() if v is not None})
+
+    names = [t.strip() for t in targets.split(",")] if targets else [None]
+    return [one(t, len(names) > 1) for t in names]
+
+
+@study_app.command("list")
+def list_cmd(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """List the studies in the storage with their state and progress."""
+    from automl.report.tables import studies_table
+    from automl.service.read import list_studies
+
+    infos = list_studies(open_cli_storage(storage, create=False))
+    if as_json:
+        print_json([i.as_dict() for i in infos])
+    else:
+        console.print(studies_table(infos))
+
+
+@study_app.command("show")
+def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """Spec, progress, and failures with their reasons."""
+    from automl.report.tables import study_panel
+    from automl.service.studies import get_study
+
+    try:
+        info = get_study(name, open_cli_storage(storage, create=False))
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json(info.as_dict())
+    else:
+        console.print(study_panel(info))
+
+
+@study_app.command("pareto")
+def pareto(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """The Pareto front: non-dominated feasible trials."""
+    from automl.report.tables import front_table
+    from automl.service.read import pareto_front
+    from automl.service.studies import load
+
+    try:
+        store = open_cli_storage(storage, create=False)
+        front = pareto_front(name, store)
+        _, spec = load(name, store)
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json([{k: v for k, v in t.items() if k != "user_attrs"} for t in front])
+    else:
+        console.print(front_table(front, spec))
+
+
+@study_app.command("export")
+def export(
+    name: str,
+    out: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx.")],
+    trial: Annotated[int | None, typer.Option(help="Trial number.")] = None,
+    best: Annotated[str | None, typer.Option(help="Best Pareto trial on this metric.")] = None,
+    budget: Annotated[
+        str | None, typer.Option(help="With --best, e.g. 'latency_p99_ms <= 2'.")
+    ] = None,
+    measure_seconds: Annotated[
+        float, typer.Option(help="Latency --budget: re-measure each front model up to this.")
+    ] = 5.0,
+    storage: StorageOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a trial's ONNX model and its model.json sidecar.
+
+    A latency --budget is decided on new runs of the front's models here: a trial within noise
+    of it is passed over, and said so.
+    """
+    from automl.service.exports import export_model
+    from automl.settings import get_settings
+    from automl.storage.factory import open_artifact_store
+    from automl.trials.decide import pick_trial
+
+    if (trial is None) == (best is None):
+        raise fail(AutomlError("give exactly one of --trial N or --best METRIC"))
+    pick = None
+    try:
+        store, artifacts = open_cli_storage(storage), open_artifact_store(get_settings())
+        if best is not None:
+            pick = pick_trial(
+                name, store, best, budget, artifact_store=artifacts, max_seconds=measure_seconds
+            )
+        number = trial if pick is None else pick.number
+        sidecar = export_model(name, store, artifacts, number, out)
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json(sidecar if pick is None else {**sidecar, "pick": pick.as_dict()})
+        return
+    for note in pick.notes if pick else ():
+        console.print(note, highlight=False)
+    console.print(f"Wrote trial {number} to {out} and {out.with_suffix('.json')}")
+
+
+@study_app.command("compare")
+def compare(first: str, second: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """How two fronts differ (e.g. one spec on two targets): which candidates win where."""
+    from automl.report.tables import comparison_table
+    from automl.service.compare import compare_fronts
+
+    try:
+        comparison = compare_fronts(first, second, open_cli_storage(storage, create=False))
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json(comparison)
+    else:
+        console.print(comparison_table(comparison))
+
+
+@study_app.command("report")
+def report(
+    name: str,
+    out: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")],
+    models: Annotated[bool, typer.Option(help="Export the front's models beside it.")] = True,
+    storage: StorageOpt = None,
+) -> None:
+    """One self-contained HTML report: front, knobs, importances, failures, environment."""
+    from automl.report.html import write_report
+    from automl.settings import get_settings
+    from automl.storage.factory import open_artifact_store
+
+    try:
+        store = open_artifact_store(get_settings()) if models else None
+        path = write_report(name, open_cli_storage(storage, create=False), out, store)
+    except AutomlError as e:
+        raise fail(e) from None
+    console.print(f"Wrote {path}")
+
+
+@study_app.command("stop")
+def stop(name: str, storage: StorageOpt = None) -> None:
+    """Ask every worker of the study to stop after its running trial."""
+    from automl.service.studies import request_stop
+
+    try:
+        request_stop(name, open_cli_storage(storage, create=False))
+    except AutomlError as e:
+        raise fail(e) from None
+    console.print(f"Stop requested for {name}: workers finish their running trial, then exit.")
