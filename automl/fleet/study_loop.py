@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from automl.data import cached_dataset
 from automl.errors import Aborted
+from automl.fleet.tracking import tracker
 from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
 from automl.search.spec import MAX_SEED
@@ -205,7 +206,10 @@ def run_study_loop(
     if stop is not None:
         objective.aborted = lambda: stop.aborted
     objective.check_inputs()
-    check_fingerprint(existing, spec, cached_dataset(spec.dataset, spec.seed).fingerprint)
+    check_fingerprint(
+        existing, spec, cached_dataset(spec.dataset, spec.seed, spec.standardizes).fingerprint
+    )
+    callbacks = tracker(settings.mlflow_uri, spec)
     ran, outage_s, waiting = 0, 0.0, False
     while True:
         objective.trial_id = None  # set by the objective once a trial reaches it
@@ -221,7 +225,10 @@ def run_study_loop(
             if reason:
                 return LoopResult(ran=ran, reason=reason)
             logger.info("study %s: starting a trial on %s", name, spec.target)
-            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
+            study.optimize(
+                objective, n_trials=1, catch=(Exception,), callbacks=callbacks,
+                gc_after_trial=False,
+            )  # fmt: skip
             if stop is not None and stop.aborted:  # an abort that a library turned into an error
                 raise Aborted
         except Exception as e:

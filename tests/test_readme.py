@@ -1,0 +1,190 @@
+"""The README's code blocks, run as a reader runs them: in order, in one empty folder.
+
+The rules the README's fenced blocks follow:
+
+- A ``bash`` or ``python`` block runs here, in order, in one empty folder, with ``automl`` on the
+  PATH and no ``AUTOML_*`` variables set, as for a reader following the README. It must exit 0.
+- A ``text`` block right after a block that runs is what that block prints: each of its lines must
+  be in the block's output (stdout and stderr), any number matching any number. Lines drawn with
+  box characters (tables, progress bars) and ``…`` (output left out) are not compared.
+- A ``yaml`` block is a study spec, and must load.
+- A block right after ``<!-- check: tests/a.py::test_x tests/b.py::test_y -->`` does not run here:
+  it takes long or needs a server, PostgreSQL or a GPU. The tests it names run those commands,
+  and must exist.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from automl.search.spec import load_spec, parse_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MARKER = re.compile(r"^<!-- check: (?P<tests>[^>]+?) -->$")
+FENCE = re.compile(r"^```(?P<lang>\w*)\s*$")
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+BOX_DRAWING = re.compile("[\u2500-\u259f]")
+RUN = ("bash", "python")
+LANGUAGES = (*RUN, "text", "yaml")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of the README."""
+
+    lang: str
+    code: str
+    line: int  # of its opening fence, counted from 1
+    covered_by: tuple[str, ...]  # the tests its marker names; empty when it runs here
+
+    def __str__(self) -> str:
+        return f"README.md:{self.line} ({self.lang})"
+
+
+def read_blocks(text: str) -> list[Block]:
+    """The fenced blocks of ``text``, each with the marker on the line before it, if any."""
+    blocks, lines = [], text.splitlines()
+    index = 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if opening is None:
+            index += 1
+            continue
+        end = lines.index("```", index + 1)
+        before = lines[index - 1] if index else ""
+        marker = MARKER.match(before)
+        covered_by = tuple(marker["tests"].split()) if marker else ()
+        code = "\n".join(lines[index + 1 : end]) + "\n"
+        blocks.append(Block(opening["lang"], code, index + 1, covered_by))
+        index = end + 1
+    return blocks
+
+
+BLOCKS = read_blocks(README.read_text())
+
+
+def output_pattern(line: str) -> re.Pattern[str]:
+    """A regex for ``line`` in which any number matches any number and spaces any spaces."""
+    words = NUMBER.split(line.strip())
+    return re.compile(NUMBER.pattern.join(_loose(text) for text in words))
+
+
+def _loose(text: str) -> str:
+    return r"\s+".join(re.escape(word) for word in re.split(r"\s+", text))
+
+
+def missing_lines(expected: str, printed: str) -> list[str]:
+    """The lines of ``expected`` that ``printed`` lacks (see the module's rules)."""
+    compared = [
+        line
+        for line in expected.splitlines()
+        if line.strip() and line.strip() != "…" and not BOX_DRAWING.search(line)
+    ]
+    return [line for line in compared if not output_pattern(line).search(printed)]
+
+
+def reader_env() -> dict[str, str]:
+    """A reader's shell: the venv's ``automl`` first on the PATH, no automl settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOML_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run_block(block: Block, folder: Path) -> subprocess.CompletedProcess:
+    command = ["bash", "-euo", "pipefail", "-c", block.code]
+    if block.lang == "python":
+        command = [sys.executable, "-c", block.code]
+    return subprocess.run(
+        command, cwd=folder, env=reader_env(), capture_output=True, text=True, timeout=600
+    )
+
+
+def test_the_readme_has_blocks_of_every_kind() -> None:
+    kinds = {block.lang for block in BLOCKS}
+    assert set(LANGUAGES) <= kinds, kinds
+    unknown = [str(block) for block in BLOCKS if block.lang not in LANGUAGES]
+    assert not unknown, f"blocks in a language the check does not know: {unknown}"
+
+
+def test_every_marked_block_names_tests_that_exist() -> None:
+    for block in BLOCKS:
+        for test in block.covered_by:
+            path, _, name = test.partition("::")
+            source = ROOT / path
+            assert source.is_file(), f"{block}: {path} does not exist"
+            assert re.search(rf"^def {re.escape(name)}\(", source.read_text(), re.M), (
+                f"{block}: {path} has no test {name!r}"
+            )
+        if block.covered_by:
+            assert block.lang in RUN, f"{block}: a marker on a block that is not a command"
+
+
+def test_outputs_follow_a_block_that_runs() -> None:
+    for before, block in itertools.pairwise(BLOCKS):
+        if block.lang == "text":
+            assert before.lang in RUN and not before.covered_by, (
+                f"{block}: an output block must follow a block that runs here"
+            )
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "yaml"], ids=str)
+def test_spec_blocks_load(block: Block) -> None:
+    import yaml
+
+    spec = parse_spec(yaml.safe_load(block.code))
+    if spec.name == "digits-cpu":  # the README shows it as the default spec, and the defaults
+        assert spec == load_spec(ROOT / "studies" / "digits.yaml")
+        defaults = parse_spec({}).model_dump(exclude={"name"})
+        assert spec.model_dump(exclude={"name"}) == defaults
+
+
+@pytest.mark.slow
+def test_every_block_runs_as_written_and_prints_what_it_shows(tmp_path: Path) -> None:
+    problems, printed = [], None
+    for block in BLOCKS:
+        if block.lang in RUN and not block.covered_by:
+            done = run_block(block, tmp_path)
+            printed = done.stdout + done.stderr
+            if done.returncode != 0:
+                problems.append(f"{block} exited {done.returncode}:\n{printed[-3000:]}")
+        elif block.lang == "text" and printed is not None:
+            if missing := missing_lines(block.code, printed):
+                problems.append(f"{block} shows lines it did not print: {missing}\n{printed}")
+            printed = None
+    assert not problems, "\n\n".join(problems)
+
+
+@pytest.mark.slow
+def test_make_study_runs_the_default_spec(tmp_path: Path) -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(
+        r"^study: .*\n\t\$\(BIN\)/automl study start studies/digits\.yaml$", makefile, re.M
+    )
+    assert re.search(r"^test: .*\n(\t.*\n)*\t\$\(BIN\)/pytest", makefile, re.M)  # CI runs it
+    spec = ROOT / "studies" / "digits.yaml"
+    start = ["automl", "study", "start", str(spec), "--n-trials", "1", "--no-remeasure-front"]
+    done = subprocess.run(
+        start, cwd=tmp_path, env=reader_env(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Study digits-cpu ended: done." in done.stdout
+    assert (tmp_path / "studies" / "automl.db").is_file()  # the default storage, as the README says
+
+
+def test_output_lines_match_with_other_numbers_only() -> None:
+    expected = "picked trial 1 (accuracy 0.9722): p99 0.1413 ms [0.1349, 0.7755], wholly <= 10\n…\n"
+    assert not missing_lines(
+        expected, "picked trial 12 (accuracy 0.95): p99 3 ms [1.5, 2,000.25], wholly <= 10"
+    )
+    assert missing_lines(expected, "picked trial 12 (accuracy 0.95): p99 3 ms [1.5, 2.0], exceeds")
+    table = "┃ trial ┃ candidate ┃\n"
+    assert not missing_lines(table, "")
