@@ -45,31 +45,59 @@ def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
         values["n_trials"] = settings.max_n_trials
     if spec.dataset not in BUILTIN_DATASETS:
         values["dataset"] = str(_data_file(spec.dataset, settings))
+    if spec.model is not None:
+        values["model"] = _trained_model(spec.model.model_dump(), settings)
     return parse_spec(values)
 
 
+def _trained_model(model: dict, settings: Settings) -> dict:
+    """A trained model a client may name: an allowed factory, weights under the data root."""
+    if model["factory"] not in settings.model_factories:
+        raise _reject(
+            "model.factory",
+            f"model factory {model['factory']!r} is not allowed on this server; an operator "
+            f"allows factories with AUTOML_MODEL_FACTORIES (now {settings.model_factories})",
+        )
+    weights = _under_data_root(model["weights"], settings, "model.weights", "weights")
+    return {**model, "weights": str(weights)}
+
+
 def public_spec(spec: dict, settings: Settings) -> dict:
-    """A stored spec as a client sees it: the dataset as given, relative to the data root."""
-    dataset = Path(spec["dataset"])
+    """A stored spec as a client sees it: paths as given, relative to the data root."""
     root = settings.data_root.resolve()
-    if dataset.is_absolute() and dataset.is_relative_to(root):
-        return {**spec, "dataset": dataset.relative_to(root).as_posix()}
-    return spec
+
+    def relative(path: str) -> str:
+        given = Path(path)
+        if given.is_absolute() and given.is_relative_to(root):
+            return given.relative_to(root).as_posix()
+        return path
+
+    shown = {**spec, "dataset": relative(spec["dataset"])}
+    if spec.get("model"):
+        shown["model"] = {**spec["model"], "weights": relative(spec["model"]["weights"])}
+    return shown
 
 
 def _data_file(name: str, settings: Settings) -> Path:
-    relative = PurePosixPath(name)
-    unsafe = (
-        "\x00" in name or name.startswith("~") or relative.is_absolute() or ".." in relative.parts
-    )
-    if relative.suffix != ".npz" or unsafe:
+    if PurePosixPath(name).suffix != ".npz":
         raise _reject(
             "dataset",
             f"dataset must be one of {list(BUILTIN_DATASETS)} or a relative .npz path "
             "under the server's data root",
         )
+    return _under_data_root(name, settings, "dataset", "dataset")
+
+
+def _under_data_root(name: str, settings: Settings, field: str, what: str) -> Path:
+    """The file ``name``, relative to the data root, that must lie inside it and exist."""
+    relative = PurePosixPath(name)
+    unsafe = (
+        "\x00" in name or name.startswith("~") or relative.is_absolute() or ".." in relative.parts
+    )
+    if unsafe:
+        raise _reject(field, f"{field} must be a relative path under the server's data root")
     path = settings.data_root / relative
     root = settings.data_root.resolve()
     if not path.resolve().is_relative_to(root) or not path.is_file():
-        raise _reject("dataset", f"no dataset file {name!r} under the data root")
+        raise _reject(field, f"no {what} file {name!r} under the data root")
     return path

@@ -101,6 +101,12 @@ class TrialOut(BaseModel):
     feasible: bool | None
     fail_reason: str | None
     model_url: str | None
+    baseline: bool = Field(
+        default=False, description="The unmodified trained model (a trained model's study)"
+    )
+    on_front: bool | None = Field(
+        default=None, description="In a front: non-dominated (false for a dominated baseline)"
+    )
 
     @classmethod
     def of(cls, study: str, record: dict) -> TrialOut:

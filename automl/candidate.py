@@ -2,43 +2,117 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from automl.errors import SpecError
 from automl.pipeline.methods import BITS, Method, get_method, method_for
 
-FAMILIES = ("mlp", "cnn", "resnet", "mobilenet")
+FAMILIES = ("mlp", "cnn", "resnet", "mobilenet", "transformer")
+CONV_FAMILIES = ("cnn", "resnet", "mobilenet")
+# A user-written family: ``package.module:function`` (see :mod:`automl.models`).
+USER_FAMILY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+OUTPUT_LAYER = "classifier"
+_MAX_STAGE_WIDTH = 4096
 
 
 @dataclass(frozen=True)
 class ArchConfig:
-    """Architecture knobs: ``kernel_size`` applies to conv families, ``dropout`` to all."""
+    """Architecture knobs of a model family.
+
+    ``family`` is a built-in family (:data:`FAMILIES`) or a user's ``package.module:function``.
+    ``width`` and ``depth`` apply to all: a conv family has ``depth`` blocks in each of its
+    ``stages``, the first of each stage after the first downsampling by 2, and its width grows
+    by ``width_growth`` per stage; a transformer has ``depth`` encoder layers of ``width``
+    (d_model) with ``heads`` attention heads and an MLP of ``mlp_ratio`` × ``width``.
+    ``kernel_size`` applies to conv families, ``dropout`` to all. ``extra`` holds the knobs a
+    space declares for a user-written family (``arch.extra.<name>``), and ``output_layer``
+    names its output layer, which pruning leaves alone.
+    """
 
     family: str
     width: int = 32
     depth: int = 2
     kernel_size: int = 3
     dropout: float = 0.0
+    stages: int = 1
+    width_growth: float = 1.0
+    heads: int = 4
+    mlp_ratio: float = 2.0
+    extra: dict = field(default_factory=dict, hash=False)
+    output_layer: str = OUTPUT_LAYER
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise SpecError(f"unknown model family {self.family!r}; choose one of {list(FAMILIES)}")
+        if self.family not in FAMILIES and not USER_FAMILY.fullmatch(self.family):
+            raise SpecError(
+                f"unknown model family {self.family!r}; choose one of {list(FAMILIES)}, or "
+                "name your own as 'package.module:function'"
+            )
         if self.width < 1 or self.depth < 1:
             raise SpecError(f"width and depth must be >= 1, got {self.width} and {self.depth}")
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
             raise SpecError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
         if not 0.0 <= self.dropout < 1.0:
             raise SpecError(f"dropout must be in [0, 1), got {self.dropout}")
+        self._check_stages()
+        self._check_transformer()
+        if self.is_user_family:
+            return
+        if self.extra or self.output_layer != OUTPUT_LAYER:
+            raise SpecError(
+                f"arch.extra.* knobs and output_layer are for user-written families; the "
+                f"built-in family {self.family!r} names its output layer {OUTPUT_LAYER!r}"
+            )
+
+    @property
+    def is_user_family(self) -> bool:
+        """Whether ``family`` is a user's ``package.module:function``."""
+        return self.family not in FAMILIES
+
+    def stage_widths(self) -> list[int]:
+        """The width of each stage of a conv family, the first being ``width``."""
+        return [max(1, round(self.width * self.width_growth**s)) for s in range(self.stages)]
+
+    def _check_stages(self) -> None:
+        if not 1 <= self.stages <= 8 or not 1.0 <= self.width_growth <= 4.0:
+            raise SpecError(
+                f"stages must be in 1..8 and width_growth in [1, 4], got {self.stages} and "
+                f"{self.width_growth}"
+            )
+        if self.stage_widths()[-1] > _MAX_STAGE_WIDTH:
+            raise SpecError(
+                f"the last stage would be {self.stage_widths()[-1]} wide (width {self.width} × "
+                f"{self.width_growth}^{self.stages - 1}); at most {_MAX_STAGE_WIDTH}: use fewer "
+                "stages or a smaller width_growth"
+            )
+
+    def _check_transformer(self) -> None:
+        if self.heads < 1 or not 0 < self.mlp_ratio <= 16:
+            raise SpecError(
+                f"heads must be >= 1 and mlp_ratio in (0, 16], got {self.heads} and "
+                f"{self.mlp_ratio}"
+            )
+        if self.family == "transformer" and self.width % self.heads:
+            raise SpecError(
+                f"transformer width (d_model) {self.width} is not divisible by heads "
+                f"{self.heads}; choose widths that are multiples of every heads value"
+            )
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Training settings; ``batch_size`` is the training batch, not the serving batch."""
+    """Training settings; ``batch_size`` is the training batch, not the serving batch.
+
+    ``kd_alpha`` > 0 mixes cross-entropy with distillation from a teacher's logits at
+    ``kd_temperature`` (see :func:`automl.pipeline.train.train`).
+    """
 
     epochs: int = 6
     lr: float = 1e-2
     weight_decay: float = 1e-4
     batch_size: int = 32
+    kd_alpha: float = 0.0
+    kd_temperature: float = 4.0
 
     def __post_init__(self) -> None:
         if self.epochs < 0 or self.batch_size < 1 or self.lr <= 0 or self.weight_decay < 0:
@@ -54,9 +128,12 @@ class Candidate:
 
     The quantization method is named by ``method`` (see :mod:`automl.pipeline.methods`), or by
     the older pair ``bits`` and ``int8_mode``; a named method sets ``bits`` to its own.
+    ``arch`` is None for a trained model (the study's ``model``), which is loaded, not trained.
+    The fine-tune after pruning runs at ``finetune_lr`` (default: a third of ``train.lr``) and,
+    with ``kd_alpha`` > 0, distils the unpruned model's logits at ``kd_temperature``.
     """
 
-    arch: ArchConfig
+    arch: ArchConfig | None
     pruning_ratio: float = 0.0
     bits: int = 32
     int8_mode: str = "static"
@@ -64,6 +141,9 @@ class Candidate:
     train: TrainConfig = field(default_factory=TrainConfig)
     finetune_epochs: int = 3
     method: str | None = None
+    finetune_lr: float | None = None
+    kd_alpha: float = 0.0
+    kd_temperature: float = 4.0
 
     def __post_init__(self) -> None:
         if self.method is not None:
@@ -76,6 +156,13 @@ class Candidate:
             raise SpecError(f"batch_size must be >= 1, got {self.batch_size}")
         if not 0.0 <= self.pruning_ratio < 1.0:
             raise SpecError(f"pruning_ratio must be in [0, 1), got {self.pruning_ratio}")
+        if not 0.0 <= self.kd_alpha <= 1.0 or self.kd_temperature <= 0:
+            raise SpecError(
+                f"kd_alpha must be in [0, 1] and kd_temperature > 0, got {self.kd_alpha} "
+                f"and {self.kd_temperature}"
+            )
+        if self.finetune_lr is not None and self.finetune_lr <= 0:
+            raise SpecError(f"finetune_lr must be > 0, got {self.finetune_lr}")
 
     @property
     def quant_method(self) -> Method:
@@ -92,6 +179,7 @@ class Candidate:
     def from_dict(cls, values: dict) -> Candidate:
         """Inverse of :meth:`as_dict`."""
         values = dict(values)
-        arch = ArchConfig(**values.pop("arch"))
+        arch_values = values.pop("arch", None)
+        arch = ArchConfig(**arch_values) if arch_values else None
         train = TrainConfig(**values.pop("train", {}))
         return cls(arch=arch, train=train, **values)

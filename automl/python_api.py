@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from optuna.storages import BaseStorage
+    from torch import nn
 
     from automl.progress import BarKind
     from automl.search.spec import Constraint, Objective, StudySpec
@@ -54,6 +55,8 @@ def optimize(
     progress: bool = True,
     remeasure: bool = True,
     retry_failed: bool = False,
+    mlflow_uri: str | None = None,
+    model: nn.Module | Mapping[str, Any] | None = None,
 ) -> StudyResult:
     """Create (or resume) a study and run its trials here until it is done.
 
@@ -91,6 +94,14 @@ def optimize(
         remeasure: Measure the front's latency again once the study is done, to decide
             latency budgets on more runs (see :func:`automl.trials.remeasure.remeasure_front`).
         retry_failed: Let a study that ended on too many failed trials run again.
+        mlflow_uri: Log each trial as an MLflow run there (the ``mlflow`` extra); defaults to
+            the ``AUTOML_MLFLOW_URI`` setting, off when unset.
+        model: A trained model to optimize against its measured baseline: an ``nn.Module``
+            whose class builds it with no arguments (its weights are saved under
+            ``<artifacts_dir>/models/``), or a dict with ``factory``
+            (``package.module:function``) and ``weights`` (a ``torch.save``'d state dict).
+            The space then defaults to ``trained-model``, the objectives to accuracy drop and
+            speedup, and the constraint to ``accuracy_drop <= 0.01``.
 
     Returns:
         The study, its front, and its exports.
@@ -106,17 +117,19 @@ def optimize(
     from automl.storage.factory import open_artifact_store, open_storage
     from automl.study_result import StudyResult
     from automl.targets import load_target, require_present
+    from automl.trials.baseline import check_study_model
 
-    settings = _settings(artifacts_dir)
+    settings = _settings(artifacts_dir, mlflow_uri)
     store = open_storage(storage or settings.storage, settings)
     overrides = {
         "search_space": _text(search_space), "dataset": _dataset(dataset, settings),
         "target": target, "objectives": _objectives(objectives),
         "constraints": _listed(constraints), "n_trials": n_trials, "timeout_s": timeout_s,
-        "sampler": sampler, "seed": seed, "name": name,
+        "sampler": sampler, "seed": seed, "name": name, "model": _model(model, settings),
     }  # fmt: skip
     study_spec = _study_spec(spec, _given(overrides), store)
     require_present(load_target(study_spec.target))
+    check_study_model(study_spec)
     bar = choose_bar(progress)
     with _optuna_logs_quiet(bar != "none"):  # the bar tells the story
         studies.create_study(study_spec, store)
@@ -160,13 +173,17 @@ def load(
     return StudyResult(study, spec, store, open_artifact_store(settings))
 
 
-def _settings(artifacts_dir: str | os.PathLike[str] | None) -> Settings:
+def _settings(
+    artifacts_dir: str | os.PathLike[str] | None, mlflow_uri: str | None = None
+) -> Settings:
     from automl.settings import get_settings
 
-    settings = get_settings()
-    if artifacts_dir is None:
-        return settings
-    return settings.model_copy(update={"artifacts_dir": Path(artifacts_dir)})
+    update: dict[str, Any] = {}
+    if artifacts_dir is not None:
+        update["artifacts_dir"] = Path(artifacts_dir)
+    if mlflow_uri is not None:
+        update["mlflow_uri"] = mlflow_uri
+    return get_settings().model_copy(update=update)
 
 
 def _study_spec(
@@ -214,6 +231,19 @@ def _objectives(values: Sequence | str | None) -> list | None:
     if listed is None:
         return None
     return [{"metric": value} if isinstance(value, str) else value for value in listed]
+
+
+def _model(model: nn.Module | Mapping[str, Any] | None, settings: Settings) -> dict | None:
+    if model is None or isinstance(model, Mapping):
+        paths = {k: os.fspath(v) for k, v in (model or {}).items() if isinstance(v, os.PathLike)}
+        return None if model is None else {**model, **paths}
+    from torch import nn
+
+    from automl.trained_model import save_module
+
+    if isinstance(model, nn.Module):
+        return save_module(model, settings.artifacts_dir / "models")
+    raise SpecError(f"model must be an nn.Module or a dict, not {type(model).__name__}")
 
 
 def _dataset(

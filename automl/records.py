@@ -18,6 +18,7 @@ FAIL_REASON = "fail_reason"
 OVER_BUDGET = "over_budget"  # a trial that lost the race for the last slot: PRUNED, never run
 ARTIFACT_ID = "artifact_id"
 WORKER = "worker"  # host:pid of the process that ran the trial
+BASELINE = "baseline"  # marks the unmodified trained model's trial (a trained model's study)
 
 
 def constraint_attrs(violations: list[float]) -> dict[str, list[float]]:

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     max_retry: int = Field(default=1, ge=0)
     cache_enabled: bool = True
     cache_max_mb: int = Field(default=512, ge=1)
+    # An MLflow tracking URI: each finished trial is logged there (the `mlflow` extra). Off if None.
+    mlflow_uri: str | None = None
 
     api_tokens: list[SecretStr] = Field(default_factory=list)
     api_token_file: Path | None = None
@@ -37,6 +39,9 @@ class Settings(BaseSettings):
     max_timeout_s: float = Field(default=24 * 3600, gt=0)
     max_body_bytes: int = 1024 * 1024
     idempotency_key_ttl_s: float = Field(default=24 * 3600, gt=0)
+    # The trained-model factories (package.module:function) a REST client may name; none by
+    # default, so that a network client never names arbitrary code.
+    model_factories: list[str] = Field(default_factory=list)
     # The largest dataset a study accepts: more is refused when the study is created.
     data_max_samples: int = Field(default=5_000_000, ge=1)
     data_max_features: int = Field(default=1_000_000, ge=1)

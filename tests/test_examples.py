@@ -110,3 +110,14 @@ def test_submit_over_rest_wants_a_token(tmp_path: Path) -> None:
     done = _run_example("submit_over_rest.py", tmp_path, env)
     assert done.returncode == 2
     assert "AUTOML_API_TOKEN" in done.stderr
+
+
+def test_optimize_trained_exports_a_model_within_the_accuracy_budget(tmp_path: Path) -> None:
+    done = _run_example("optimize_trained.py", tmp_path, _env(tmp_path), "--out", "fast.onnx")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("optimize-example: speedup against accuracy drop")
+    assert lines[1].startswith("  trial 0: 1.00x faster") and lines[1].endswith("<- baseline")
+    sidecar = json.loads((tmp_path / "fast.json").read_text())
+    assert lines[-1] == f"exported trial {sidecar['trial']} to fast.onnx"
+    onnx.checker.check_model(onnx.load(str(tmp_path / "fast.onnx")))

@@ -42,6 +42,7 @@ class Point:
     metrics: dict[str, float]
     params: dict[str, object]
     violations: dict[str, float]
+    baseline: bool = False  # the unmodified trained model, whatever its kind
 
 
 def _hover(point: Point, spec: StudySpec) -> str:
@@ -77,6 +78,21 @@ def pareto_figure(points: list[Point], spec: StudySpec, x_metric: str) -> go.Fig
                 marker=marker,
                 name=f"{name} ({len(group)})",
                 uid=FRONT_TRACE_UID if kind == "front" else kind,
+            )
+        )
+    baseline = [p for p in points if p.baseline]
+    if baseline:  # a trained model's study: the point every speedup is measured against
+        fig.add_trace(
+            go.Scatter(
+                x=[p.metrics[x_metric] for p in baseline],
+                y=[p.metrics["accuracy"] for p in baseline],
+                customdata=[p.number for p in baseline],
+                hovertext=[_hover(p, spec) for p in baseline],
+                hoverinfo="text",
+                mode="markers",
+                marker={"color": "#000000", "size": 16, "symbol": "star"},
+                name="baseline (the unmodified model)",
+                uid="baseline",
             )
         )
     fig.update_layout(
@@ -153,16 +169,24 @@ def importance_figure(study: optuna.Study, spec: StudySpec, n_complete: int) -> 
             f"this study has {n_complete}."
         )
     fig = go.Figure()
+    skipped = []
     for i, metric in enumerate(spec.metric_names):
-        importances = optuna.importance.get_param_importances(
-            study,
-            evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
-            target=lambda t, i=i: t.values[i],
-        )
+        try:
+            importances = optuna.importance.get_param_importances(
+                study,
+                evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
+                target=lambda t, i=i: t.values[i],
+            )
+        except RuntimeError:  # fANOVA: the objective never varied, so no knob explains it
+            skipped.append(metric)
+            continue
         names = sorted(importances)
         fig.add_trace(go.Bar(x=names, y=[importances[n] for n in names], name=metric))
+    if len(skipped) == len(spec.metric_names):
+        return f"No importances: no objective varied across the {n_complete} complete trials."
     fig.update_layout(
-        title="Parameter importance per objective (fANOVA, normalised)",
+        title="Parameter importance per objective (fANOVA, normalised)"
+        + (f"; {', '.join(skipped)} never varied" if skipped else ""),
         barmode="group",
         yaxis={"title": "importance", "range": [0, 1]},
         height=380,

@@ -21,6 +21,7 @@ from string import Template
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from automl.records import BASELINE
 from automl.service.read import pareto_front
 from automl.service.studies import get_study, load
 
@@ -46,6 +47,13 @@ _COLUMNS = (
     ("throughput_sps", "samples/s", "{:,.0f}"),
     ("size_mb", "MB", "{:.4f}"),
     ("macs", "MACs", "{:,.0f}"),
+)
+# Against the baseline, in a trained model's study.
+_BASELINE_COLUMNS = (
+    ("speedup", "speedup", "{:.2f}×"),
+    ("speedup_same_batch", "at the same batch", "{:.2f}×"),
+    ("accuracy_drop", "accuracy drop", "{:+.4f}"),
+    ("size_ratio", "size ratio", "{:.3f}"),
 )
 _SPLITS_NOTE = (
     "Accuracy is that of the exported model in ONNX Runtime. The search optimised it on the "
@@ -105,7 +113,7 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
     info = get_study(name, storage)
     front = pareto_front(name, storage)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    points = _points(complete, spec, {r["number"] for r in front})
+    points = _points(complete, spec, {r["number"] for r in front if r.get("on_front", True)})
     x_metric = latency_metric(spec)
     importances = importance_figure(study, spec, len(points))
     body = [
@@ -115,7 +123,7 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
         f'<pre id="{FRONT_DATA_ID}"></pre>',
         _plot(pareto_figure(points, spec, x_metric), "pareto", _PLOT_DATA_SCRIPT),
         _note(_SPLITS_NOTE),
-        _front_table(front, name, model_href),
+        _front_table(front, name, model_href, spec),
         "<h2>Knobs against accuracy and latency</h2>",
         _plot(knob_figure(points, x_metric), "knobs") if points else _note("No complete trials."),
         "<h2>Parameter importance</h2>",
@@ -182,7 +190,8 @@ def _points(complete: list[FrozenTrial], spec: StudySpec, front: set[int]) -> li
             kind = "dominated"
         metrics = {k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs}
         violations = {c: trial.constraints[c] for c in names if c in trial.constraints}
-        points.append(Point(trial.number, kind, metrics, trial.params, violations))
+        baseline = bool(trial.user_attrs.get(BASELINE))
+        points.append(Point(trial.number, kind, metrics, trial.params, violations, baseline))
     return points
 
 
@@ -241,9 +250,10 @@ def _summary(info: StudyInfo, spec: StudySpec, complete: list[FrozenTrial]) -> s
     )
 
 
-def _front_table(front: list[dict], name: str, model_href: str) -> str:
+def _front_table(front: list[dict], name: str, model_href: str, spec: StudySpec) -> str:
     if not front:
         return _note("No feasible complete trial yet: the front is empty.")
+    columns = (*_BASELINE_COLUMNS, *_COLUMNS) if spec.model else _COLUMNS
     rows = []
     for record in front:
         metrics = _with_gap(record["metrics"])
@@ -251,13 +261,21 @@ def _front_table(front: list[dict], name: str, model_href: str) -> str:
         rows.append(
             [
                 str(record["number"]),
-                _e(knobs_text(record["params"])),
-                *(_e(fmt.format(metrics[k])) if k in metrics else "" for k, _, fmt in _COLUMNS),
+                _knobs_cell(record),
+                *(_e(fmt.format(metrics[k])) if k in metrics else "" for k, _, fmt in columns),
                 f'<a href="{_e(link)}">model</a>' if record["artifact_id"] else "",
             ]
         )
-    header = ["trial", "knobs", *(label for _, label, _ in _COLUMNS), "model"]
-    return _table(header, rows, numeric=range(2, 2 + len(_COLUMNS)))
+    header = ["trial", "knobs", *(label for _, label, _ in columns), "model"]
+    return _table(header, rows, numeric=range(2, 2 + len(columns)))
+
+
+def _knobs_cell(record: dict) -> str:
+    knobs = _e(knobs_text(record["params"]))
+    if not record.get("baseline"):
+        return knobs
+    where = "" if record.get("on_front", True) else ", not on the front"
+    return f"<b>baseline</b> (the unmodified model{where}): {knobs}"
 
 
 def _with_gap(metrics: dict[str, float]) -> dict[str, float]:

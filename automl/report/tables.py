@@ -25,6 +25,14 @@ _FRONT_COLUMNS = (
 )
 
 
+# Against the baseline, in a trained model's study.
+_BASELINE_COLUMNS = (
+    ("speedup", "speedup", "{:.2f}x"),
+    ("speedup_same_batch", "at the same batch", "{:.2f}x"),
+    ("accuracy_drop", "acc drop", "{:+.3f}"),
+)
+
+
 def targets_table(rows: list[tuple[Target, bool]]) -> Table:
     """Targets with kind, providers, precisions and presence."""
     table = Table(title="Targets")
@@ -87,20 +95,33 @@ def study_panel(info: StudyInfo) -> Panel:
 
 
 def front_table(front: list[dict], spec: StudySpec) -> Table:
-    """The Pareto front with the candidate knobs and every metric."""
-    table = Table(title=f"Pareto front of {spec.name} on {spec.target} ({len(front)} trials)")
+    """The Pareto front with the candidate knobs and every metric.
+
+    A trained model's study shows its baseline too, marked, and each row's speedup and
+    accuracy drop against it.
+    """
+    columns = (*_BASELINE_COLUMNS, *_FRONT_COLUMNS) if spec.model else _FRONT_COLUMNS
+    shown = sum(1 for t in front if t.get("on_front", True))
+    table = Table(title=f"Pareto front of {spec.name} on {spec.target} ({shown} trials)")
     table.add_column("trial", justify="right")
     table.add_column("candidate")
-    for _, header, _ in _FRONT_COLUMNS:
+    for _, header, _ in columns:
         table.add_column(header, justify="right", no_wrap=True)
     for trial in front:
         metrics = trial["metrics"]
         table.add_row(
             str(trial["number"]),
-            describe(trial),
-            *(_cell(metrics, key, fmt) for key, _, fmt in _FRONT_COLUMNS),
+            _marked(trial),
+            *(_cell(metrics, key, fmt) for key, _, fmt in columns),
         )
     return table
+
+
+def _marked(trial: dict) -> str:
+    if not trial.get("baseline"):
+        return describe(trial)
+    where = "" if trial.get("on_front", True) else ", not on the front"
+    return f"[bold]baseline[/] (unmodified{where}): {describe(trial)}"
 
 
 def _cell(metrics: dict, key: str, fmt: str) -> str:
@@ -118,9 +139,9 @@ def describe(record: dict) -> str:
     precision = (
         candidate.get("method") or method_for(candidate["bits"], candidate["int8_mode"]).name
     )
+    model = f"{arch['family']} w{arch['width']} d{arch['depth']} " if arch else ""
     return (
-        f"{arch['family']} w{arch['width']} d{arch['depth']} "
-        f"prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
+        f"{model}prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
     )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from automl.candidate import BITS, Candidate
+from automl.candidate import BITS, FAMILIES, Candidate
 from automl.errors import SpecError
 
 if TYPE_CHECKING:
@@ -28,17 +28,26 @@ KEYS = (
     "arch.depth",
     "arch.kernel_size",
     "arch.dropout",
+    "arch.stages",
+    "arch.width_growth",
+    "arch.heads",
+    "arch.mlp_ratio",
     "pruning_ratio",
     "bits",
     "int8_mode",
     "method",
     "batch_size",
     "finetune_epochs",
+    "finetune_lr",
+    "kd_alpha",
+    "kd_temperature",
     "train.epochs",
     "train.lr",
     "train.weight_decay",
     "train.batch_size",
 )
+# A user-written family's own knobs: ``arch.extra.<name>`` is passed to it as ``name=``.
+EXTRA_PREFIX = "arch.extra."
 # Knobs that change how a model is deployed, not its weights.
 DEPLOYMENT_KEYS = ("bits", "int8_mode", "method", "batch_size")
 MAX_DEPLOYMENTS = 4096
@@ -97,34 +106,72 @@ Param = Annotated[
 
 
 class SearchSpace(BaseModel):
-    """A named space: parameters in suggestion order, keyed by Optuna parameter name."""
+    """A named space: parameters in suggestion order, keyed by Optuna parameter name.
+
+    ``output_layer`` names the output layer of a user-written family, if not ``classifier``.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     description: str = ""
     params: dict[str, Param]
+    output_layer: str | None = None
 
     @model_validator(mode="after")
     def _keys(self) -> SearchSpace:
         seen: list[str] = []
         for name, param in self.params.items():
             key = param.sets or name
-            if key not in KEYS:
-                raise ValueError(f"parameter {name!r} sets unknown key {key!r}; allowed: {KEYS}")
+            if key not in KEYS and not _is_extra(key):
+                raise ValueError(
+                    f"parameter {name!r} sets unknown key {key!r}; allowed: {KEYS}, and "
+                    f"{EXTRA_PREFIX}<name> for a user-written family's own knobs"
+                )
             for other in param.when or {}:
                 if other not in seen:
                     raise ValueError(f"{name!r}: 'when' names {other!r}, not declared before it")
             seen.append(name)
-        if "arch.family" not in {p.sets or n for n, p in self.params.items()}:
-            raise ValueError("the space must set arch.family (categorical or fixed)")
+        arch = [k for k in self.candidate_keys() if k.startswith("arch.")]
+        if arch and "arch.family" not in arch:
+            raise ValueError(
+                f"the space sets {arch} but not arch.family (categorical or fixed); a space for "
+                "a trained model sets no arch.* key"
+            )
         for name, param in self.params.items():
             _check_bounds(name, param)
             is_bits = (param.sets or name) == "bits"
             if is_bits and len(_values(param)) > len(BITS):  # a long int range, never built
                 raise ValueError(f"parameter {name!r}: bits must be among {list(BITS)}")
         first = {p.sets or n: _values(p)[0] for n, p in self.params.items()}
-        candidate_from_values(first)  # a space whose candidates cannot be built fails here
+        candidate_from_values(self._arch_values(first))  # a space that cannot build fails here
         return self
+
+    def candidate_keys(self) -> list[str]:
+        """The candidate keys the params set, in order."""
+        return [p.sets or n for n, p in self.params.items()]
+
+    @property
+    def trains_models(self) -> bool:
+        """Whether the space builds its models (sets ``arch.family``), or tunes a trained one."""
+        return "arch.family" in self.candidate_keys()
+
+    def check_model(self, trained: bool) -> None:
+        """Raise ``SpecError`` unless the space fits a study of a trained model (``trained``) or
+        a study that trains its own."""
+        if trained and self.trains_models:
+            arch = [k for k in self.candidate_keys() if k.startswith("arch.")]
+            raise SpecError(
+                f"search space {self.name!r} sets {arch}: a trained model's architecture is "
+                "fixed, so its space holds deployment knobs only (pruning_ratio, "
+                "finetune_epochs, finetune_lr, kd_alpha, kd_temperature, method, batch_size), "
+                "as the shipped 'trained-model' space does"
+            )
+        if not trained and not self.trains_models:
+            raise SpecError(
+                f"search space {self.name!r} sets no arch.family: it tunes a trained model; "
+                "name one with model: {factory: ..., weights: ...} (CLI: --model, --weights), "
+                "or use a space that builds models, e.g. digits-mixed"
+            )
 
     def bit_choices(self) -> set[int]:
         """Every bit-width the space can suggest."""
@@ -201,7 +248,19 @@ class SearchSpace(BaseModel):
                 continue
             chosen[name] = _suggest(trial, name, param)
             values[param.sets or name] = chosen[name]
-        return candidate_from_values(values)
+        return candidate_from_values(self._arch_values(values))
+
+    def _arch_values(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` with the space's ``output_layer`` when they name a user-written family."""
+        family = values.get("arch.family")
+        if self.output_layer is None or family is None or family in FAMILIES:
+            return values
+        return {**values, "arch.output_layer": self.output_layer}
+
+
+def _is_extra(key: str) -> bool:
+    """Whether ``key`` is ``arch.extra.<name>``, ``name`` an identifier."""
+    return key.startswith(EXTRA_PREFIX) and key.removeprefix(EXTRA_PREFIX).isidentifier()
 
 
 def _applies(param: Param, chosen: dict[str, Any]) -> bool:
@@ -253,11 +312,13 @@ def _suggest(trial: optuna.Trial, name: str, param: Param) -> Any:
 
 
 def candidate_from_values(values: dict[str, Any]) -> Candidate:
-    """Build a ``Candidate`` from flat keys such as ``arch.width`` and ``bits``."""
+    """Build a ``Candidate`` from flat keys such as ``arch.width``, ``arch.extra.x`` and ``bits``."""
     nested: dict[str, Any] = {"arch": {}, "train": {}}
     for key, value in values.items():
         group, _, field = key.partition(".")
-        if field:
+        if _is_extra(key):
+            nested["arch"].setdefault("extra", {})[key.removeprefix(EXTRA_PREFIX)] = value
+        elif field:
             nested[group][field] = value
         else:
             nested[key] = value

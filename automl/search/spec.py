@@ -25,6 +25,20 @@ METRICS: dict[str, Literal["maximize", "minimize"]] = {
     "params": "minimize",
     "macs": "minimize",
 }
+# Metrics against the measured baseline: only a study of a trained model (``model:``) has them.
+# ``speedup`` is the baseline's per-sample latency at its own serving batch over the trial's
+# (what a switch from today's deployment gains); ``speedup_same_batch`` compares both at the
+# trial's batch (what the model's changes alone gain).
+BASELINE_METRICS: dict[str, Literal["maximize", "minimize"]] = {
+    "speedup": "maximize",
+    "speedup_same_batch": "maximize",
+    "accuracy_drop": "minimize",
+    "size_ratio": "minimize",
+}
+METRICS.update(BASELINE_METRICS)
+# Linear for the sampler: accuracy_drop may be negative, and accuracies are bounded.
+_LINEAR_METRICS = ("accuracy", "accuracy_drop")
+_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 # Recorded for every trial and shown in every view, but never an objective or constraint: the
 # accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
 TEST_METRIC = "test_accuracy"
@@ -34,6 +48,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # whole name: see fullma
 # NumPy's legacy RandomState, which Optuna's samplers and scikit-learn's splits use, takes seeds
 # in [0, 2**32).
 MAX_SEED = 2**32 - 1
+# The shipped space of a trained model's study: deployment knobs only.
+TRAINED_SPACE = "trained-model"
 
 
 class Objective(BaseModel):
@@ -60,7 +76,8 @@ class Objective(BaseModel):
         if self.direction is None:
             object.__setattr__(self, "direction", METRICS[self.metric])
         if self.scale is None:
-            object.__setattr__(self, "scale", "linear" if self.metric == "accuracy" else "log")
+            scale = "linear" if self.metric in _LINEAR_METRICS else "log"
+            object.__setattr__(self, "scale", scale)
         return self
 
     def value(self, metrics: dict[str, float]) -> float:
@@ -93,7 +110,7 @@ class Constraint(BaseModel):
     @model_validator(mode="after")
     def _possible(self) -> Constraint:
         check_metric(self.metric)
-        low, high = (0.0, 1.0) if self.metric == "accuracy" else (0.0, float("inf"))
+        low, high = _RANGES.get(self.metric, (0.0, float("inf")))
         if (self.op == "<=" and self.bound <= low) or (self.op == ">=" and self.bound > high):
             raise ValueError(
                 f"constraint '{self}' can never hold: {self.metric} lies in [{low}, {high}]"
@@ -107,6 +124,9 @@ class Constraint(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.metric} {self.op} {self.bound:g}"
+
+
+_RANGES = {"accuracy": (0.0, 1.0), "accuracy_drop": (-1.0, 1.0)}
 
 
 def check_metric(metric: str) -> str:
@@ -124,6 +144,27 @@ def check_metric(metric: str) -> str:
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; allowed: {list(METRICS)}")
     return metric
+
+
+class TrainedModel(BaseModel):
+    """A model the user trained: ``factory`` builds it, ``weights`` is its state dict.
+
+    ``batch_size`` is the baseline's serving batch (default: the space's smallest);
+    ``output_layer`` the layer giving the logits, which pruning keeps whole.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    factory: str = Field(description="package.module:function returning the nn.Module")
+    weights: str = Field(description="path to the state_dict saved with torch.save")
+    batch_size: int | None = Field(default=None, ge=1)
+    output_layer: str = "classifier"
+
+    @field_validator("factory")
+    @classmethod
+    def _factory(cls, factory: str) -> str:
+        if not _FACTORY.fullmatch(factory):
+            raise ValueError(f"factory {factory!r} must look like 'package.module:function'")
+        return factory
 
 
 def _default_objectives() -> list[Objective]:
@@ -156,6 +197,7 @@ class StudySpec(BaseModel):
     variant_startup_trials: int = Field(default=10, ge=0)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: list[Constraint] = Field(default_factory=_default_constraints)
+    model: TrainedModel | None = None
 
     @field_validator("name")
     @classmethod
@@ -173,9 +215,34 @@ class StudySpec(BaseModel):
             raise ValueError(f"objectives repeat a metric: {metrics}")
         if self.n_trials is None and self.timeout_s is None:
             raise ValueError("set n_trials or timeout_s, or the study never ends")
+        if self.model is not None:
+            self._trained_defaults()
+        used = {*metrics, *(c.metric for c in self.constraints)} & set(BASELINE_METRICS)
+        if self.model is None and used:
+            raise ValueError(
+                f"{sorted(used)} compare with the baseline of a trained model: set "
+                "model: {factory: ..., weights: ...}, or use accuracy and latency metrics"
+            )
         if self.name is None:
             object.__setattr__(self, "name", f"{self.search_space}-{self.target}")
         return self
+
+    def _trained_defaults(self) -> None:
+        """A trained model's study searches speedup against accuracy drop by default."""
+        if "search_space" not in self.model_fields_set:
+            object.__setattr__(self, "search_space", TRAINED_SPACE)
+        if "objectives" not in self.model_fields_set:
+            objectives = [Objective(metric="accuracy_drop"), Objective(metric="speedup")]
+            object.__setattr__(self, "objectives", objectives)
+        if "constraints" not in self.model_fields_set:
+            drop = [Constraint(metric="accuracy_drop", op="<=", bound=0.01)]
+            object.__setattr__(self, "constraints", drop)
+
+    @property
+    def standardizes(self) -> bool:
+        """Whether the study standardises float inputs: not for a trained model, which was
+        trained on its own preprocessing and is fed the data as given."""
+        return self.model is None
 
     @property
     def metric_names(self) -> list[str]:

@@ -106,7 +106,7 @@ def _deployment(trial: FrozenTrial, spec: StudySpec, graph: GraphProto) -> dict:
     """The sidecar's deployment fields: labels, raw input, preprocessing, I/O, runtime."""
     description = trial.user_attrs.get(DESCRIPTION_ATTR)
     if description is None:  # a trial recorded before data descriptions were
-        description = describe_dataset(cached_dataset(spec.dataset, spec.seed))
+        description = describe_dataset(cached_dataset(spec.dataset, spec.seed, spec.standardizes))
         recorded = trial.user_attrs.get("preprocessing") or {}
         description["preprocessing"].update(recorded)  # what this model was trained on
     env = trial.user_attrs.get("env") or {}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import optuna
 
-from automl.records import ARTIFACT_ID, FAIL_REASON
+from automl.records import ARTIFACT_ID, BASELINE, FAIL_REASON
 from automl.search.spec import RECORDED_METRICS
 from automl.service.studies import (
     StudyInfo,
@@ -144,8 +144,17 @@ def pareto_front(name: str, storage: BaseStorage) -> list[dict]:
 
 def front_records(study: optuna.Study, spec: StudySpec) -> list[dict]:
     """``study.best_trials`` (feasible and non-dominated) as records, by number: the one way
-    the CLI, the API, the report and exports read a front."""
-    return [trial_record(t, spec) for t in sorted(study.best_trials, key=lambda t: t.number)]
+    the CLI, the API, the report and exports read a front.
+
+    A trained model's study adds its baseline trial, marked ``baseline``, even where it is
+    dominated; ``on_front`` tells the front's own records from it.
+    """
+    trials = {t.number: t for t in study.best_trials}
+    on_front = set(trials)
+    if spec.model is not None:
+        complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        trials.update({t.number: t for t in complete if t.user_attrs.get(BASELINE)})
+    return [{**trial_record(trials[n], spec), "on_front": n in on_front} for n in sorted(trials)]
 
 
 def trial_record(trial: optuna.trial.FrozenTrial, spec: StudySpec) -> dict:
@@ -161,6 +170,7 @@ def trial_record(trial: optuna.trial.FrozenTrial, spec: StudySpec) -> dict:
         "feasible": trial.user_attrs.get("feasible"),
         "artifact_id": trial.user_attrs.get(ARTIFACT_ID),
         "fail_reason": trial.user_attrs.get(FAIL_REASON),
+        "baseline": bool(trial.user_attrs.get(BASELINE)),
         "user_attrs": trial.user_attrs,
     }
 

@@ -13,7 +13,9 @@ import optuna
 
 from automl.data import BUILTIN_DATASETS, check_source_form, load_dataset
 from automl.errors import AutomlError, DataError, SpecError
-from automl.records import FAIL_REASON, SPEC_ATTR, TRIAL_STATES
+from automl.records import BASELINE, FAIL_REASON, SPEC_ATTR, TRIAL_STATES
+from automl.search.baseline import baseline_params
+from automl.search.compat import check_compatible
 from automl.search.space import load_space
 from automl.search.spec import StudySpec, parse_spec
 from automl.storage.capabilities import count_states as count_trial_states
@@ -21,6 +23,8 @@ from automl.targets import load_target
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
+
+    from automl.search.space import SearchSpace
 
 DATA_ATTR = "data_fingerprint"
 FORGIVEN_ATTR = "failures_forgiven"
@@ -77,20 +81,26 @@ def create_study(
         resume: Resume a study of that name; otherwise its existence is an error.
 
     Raises:
-        SpecError: The space or target is invalid, or a study of that name has another spec.
+        SpecError: The space or target is invalid, the space's families cannot take the data
+            (see :func:`automl.search.compat.check_compatible`), or a study of that name has
+            another spec.
         DataError: The dataset is missing, malformed, or not the data the study began with.
         optuna.exceptions.DuplicatedStudyError: The study exists and ``resume`` is off.
     """
     target = load_target(spec.target)
-    load_space(spec.search_space).check_target(target)
+    space = load_space(spec.search_space)
+    space.check_target(target)
+    baseline = _baseline_params(spec, space)
     check_source_form(spec.dataset)
     fingerprint = None
     if check_data or _readable_here(spec.dataset):
-        fingerprint = load_dataset(spec.dataset, seed=spec.seed).fingerprint
+        data = load_dataset(spec.dataset, seed=spec.seed, standardize=spec.standardizes)
+        check_compatible(space, data, target)  # family vs data, methods vs target
+        fingerprint = data.fingerprint
     stored = _stored_spec(storage, spec.name)
     if stored is None:
         try:
-            return _new_study(spec, storage, target.name, fingerprint)
+            return _new_study(spec, storage, target.name, fingerprint, baseline)
         except optuna.exceptions.DuplicatedStudyError:
             if not resume:
                 raise
@@ -113,10 +123,26 @@ def _readable_here(source: str) -> bool:
     return source in BUILTIN_DATASETS or (source.endswith(".npz") and Path(source).is_file())
 
 
+def _baseline_params(spec: StudySpec, space: SearchSpace) -> dict | None:
+    """The params of a trained model's baseline trial; None for a study that trains models.
+
+    Raises:
+        SpecError: The space does not fit the study's kind, or cannot express the baseline.
+    """
+    space.check_model(spec.model is not None)
+    return baseline_params(spec, space) if spec.model is not None else None
+
+
 def _new_study(
-    spec: StudySpec, storage: BaseStorage, target: str, fingerprint: str | None
+    spec: StudySpec,
+    storage: BaseStorage,
+    target: str,
+    fingerprint: str | None,
+    baseline: dict | None,
 ) -> optuna.Study:
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
+    if baseline is not None:  # the first trial: the unmodified model, measured
+        study.enqueue_trial(baseline, user_attrs={BASELINE: True})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.metric_names)

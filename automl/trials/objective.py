@@ -15,6 +15,8 @@ import optuna
 from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.errors import Aborted, DataError
 from automl.records import ARTIFACT_ID, FAIL_REASON, OVER_BUDGET, WORKER, constraint_attrs
+from automl.search.baseline import baseline_batch
+from automl.search.compat import check_compatible
 from automl.search.space import load_space
 from automl.storage.capabilities import count_taken, set_trial_attrs
 from automl.targets import load_target
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.targets import Target
+    from automl.trained_model import TrainedModel
     from automl.trials.stage_cache import StageCache
 
 INTERRUPTED = "interrupted: a second Ctrl-C aborted the trial"
@@ -70,16 +73,30 @@ class StudyObjective:
         trial of the study.
 
         Raises:
-            SpecError: The space or target cannot be loaded.
+            SpecError: The space or target cannot be loaded, the space's families cannot take
+                the data, or the trained model cannot be loaded and exported.
             DataError: The dataset cannot be loaded.
         """
-        _ = self._space_and_target
+        space, target = self._space_and_target
         try:
-            cached_dataset(self.spec.dataset, self.spec.seed)
+            data = cached_dataset(self.spec.dataset, self.spec.seed, self.spec.standardizes)
         except DataError:
             raise
         except Exception as e:  # whatever a plugin or a broken file raises
             raise DataError(f"dataset {self.spec.dataset!r}: {type(e).__name__}: {e}") from e
+        check_compatible(space, data, target)  # family vs data, methods vs target
+        _ = self._trained
+
+    @cached_property
+    def _trained(self) -> TrainedModel | None:
+        """The study's trained model, checked once per objective; None when it trains its own."""
+        if self.spec.model is None:
+            return None
+        from automl.trials.baseline import check_trained_model
+
+        return check_trained_model(
+            self.spec, cached_dataset(self.spec.dataset, self.spec.seed, self.spec.standardizes)
+        )
 
     @cached_property
     def _space_and_target(self) -> tuple[SearchSpace, Target]:
@@ -110,7 +127,7 @@ class StudyObjective:
             _set_attrs(trial, {WORKER: worker})
             raise
         _set_attrs(trial, {WORKER: worker, "candidate": candidate.as_dict()})
-        data = cached_dataset(self.spec.dataset, self.spec.seed)
+        data = cached_dataset(self.spec.dataset, self.spec.seed, self.spec.standardizes)
         with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
             outcome = run_trial(
                 candidate,
@@ -121,6 +138,8 @@ class StudyObjective:
                 threads=self.threads,
                 cache=self.cache,
                 constraints=self.spec.constraints,
+                trained=self._trained,
+                baseline_batch=baseline_batch(self.spec, space),
             )
             artifact_id = upload_artifact(
                 artifact_store=self.artifact_store,

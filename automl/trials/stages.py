@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from automl.candidate import TrainConfig
+from automl.candidate import OUTPUT_LAYER, TrainConfig
 from automl.models import build_model
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
 from automl.pipeline.prune import PruneResult, prune
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from automl.candidate import Candidate
     from automl.data import Dataset
+    from automl.trained_model import TrainedModel
     from automl.trials.stage_cache import StageCache
 
 
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 class CachedStages:
     """The stages of one candidate up to its quantized graph; ``reused`` says what was cached.
 
-    ``cache`` None computes every stage.
+    ``cache`` None computes every stage. With ``trained``, the model is the user's trained
+    one, loaded instead of trained.
     """
 
     candidate: Candidate
@@ -52,18 +54,26 @@ class CachedStages:
     threads: int
     device: str
     cache: StageCache | None
+    trained: TrainedModel | None = None
 
     def __post_init__(self) -> None:
         c = self.candidate
         self.reused = dict.fromkeys(("train", "prune", "export", "quantize"), False)
         self.finetune = TrainConfig(
             epochs=c.finetune_epochs,
-            lr=c.train.lr / 3,
+            lr=c.finetune_lr or c.train.lr / 3,
             weight_decay=c.train.weight_decay,
             batch_size=c.train.batch_size,
+            kd_alpha=c.kd_alpha,
+            kd_temperature=c.kd_temperature,
         )
-        self.train_key = content_key("train", c.arch, c.train, self.data.fingerprint, self.seed)
-        self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, self.finetune)
+        if self.trained is not None:
+            self.train_key = content_key("trained", self.trained.factory, self.trained.digest)
+        else:
+            self.train_key = content_key("train", c.arch, c.train, self.data.fingerprint, self.seed)
+        # Without pruning there is no fine-tune: its settings change nothing.
+        finetune = self.finetune if c.pruning_ratio > 0 else None
+        self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, finetune)
         self.export_key = content_key("export", self.prune_key, OPSET)
         self.method = c.quant_method
         self.quant_key = content_key(
@@ -122,9 +132,12 @@ class CachedStages:
         return self._pruned
 
     def _train(self) -> tuple[nn.Module, tuple[dict, ...]]:
+        if self.trained is not None:
+            return self.trained.build(), ()
         model = build_model(
-            self.candidate.arch, self.data.input_shape, self.data.num_classes, seed=self.seed
-        )
+            self.candidate.arch, self.data.input_shape, self.data.num_classes, seed=self.seed,
+            vocab_size=self.data.vocab_size,
+        )  # fmt: skip
         cached = self._load("train", self.train_key)
         if cached is not None:
             model.load_state_dict(cached["state_dict"])
@@ -138,15 +151,22 @@ class CachedStages:
         return result.model, result.history
 
     def _prune(self, trained: nn.Module) -> PruneResult:
+        arch = self.candidate.arch
+        layer = arch.output_layer if arch is not None else OUTPUT_LAYER  # kept whole
+        if self.trained is not None:
+            layer = self.trained.output_layer
         cached = self._load("prune", self.prune_key)
         if cached is not None:
             # Pruning is deterministic and cheap: redo it to get the shapes, skip the fine-tune.
-            shell = prune(trained, self.data, self.candidate.pruning_ratio, TrainConfig(epochs=0))
+            shell = prune(
+                trained, self.data, self.candidate.pruning_ratio, TrainConfig(epochs=0),
+                output_layer=layer,
+            )  # fmt: skip
             shell.model.load_state_dict(cached["state_dict"])
             return PruneResult(**{**_fields(shell), "history": tuple(cached["history"])})
         result = prune(
             trained, self.data, self.candidate.pruning_ratio, self.finetune,
-            seed=self.seed, device=self.device, threads=self.threads,
+            seed=self.seed, device=self.device, threads=self.threads, output_layer=layer,
         )  # fmt: skip
         self._save("prune", self.prune_key, {"state_dict": result.model.state_dict(),
                                              "history": list(result.history)})  # fmt: skip

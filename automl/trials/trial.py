@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +13,7 @@ from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
 from automl.pipeline.torch_cuda_latency import check_measurable, times_with_torch
 from automl.targets import require_present
+from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
 from automl.trials.stages import CachedStages, timed
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from automl.data import Dataset
     from automl.search.spec import Constraint
     from automl.targets import Target
+    from automl.trained_model import TrainedModel
     from automl.trials.stage_cache import StageCache
 
 STAGES = ("train", "prune", "export", "quantize", "evaluate", "latency")
@@ -54,6 +56,8 @@ def run_trial(
     threads: int = 1,
     cache: StageCache | None = None,
     constraints: Sequence[Constraint] = (),
+    trained: TrainedModel | None = None,
+    baseline_batch: int = 1,
 ) -> TrialOutcome:
     """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.
 
@@ -71,6 +75,11 @@ def run_trial(
         cache: Stage cache, or None to compute everything.
         constraints: The study's constraints; those on latency stop the timing of a candidate
             once its runs prove it infeasible (see :class:`LatencyBudget`).
+        trained: The user's trained model, loaded in place of training; the unmodified model
+            is then measured beside the candidate (see :mod:`automl.trials.baseline`), and
+            ``speedup``, ``speedup_same_batch``, ``accuracy_drop`` and ``size_ratio``
+            are recorded.
+        baseline_batch: The baseline's serving batch.
 
     Returns:
         The quantized artifact and its metrics: ``accuracy`` on the validation split (what the
@@ -85,7 +94,7 @@ def run_trial(
     require_present(target)
     check_measurable(target, candidate.bits)
     stages = CachedStages(
-        candidate, data, Path(workdir), seed, threads, _torch_device(target), cache
+        candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained
     )
     timings = dict.fromkeys(STAGES, 0.0)
     quantized, onnx_diff, built = stages.quantized(timings)
@@ -108,6 +117,10 @@ def run_trial(
         "params_unpruned": float(built["params_before"]),
         "macs_unpruned": float(built["macs_before"]),
     }
+    baseline = None
+    if trained is not None:
+        baseline = _baseline(stages, target, data, metrics, baseline_batch, timings)
+        metrics.update(baseline.compare(metrics))
     return TrialOutcome(
         artifact=quantized.path,
         metrics=metrics,
@@ -120,6 +133,7 @@ def run_trial(
             "confusion": [list(row) for row in evaluation.confusion],
             "test_confusion": [list(row) for row in test_evaluation.confusion],
             "onnx_max_abs_diff": onnx_diff,
+            **({"baseline": asdict(baseline)} if baseline else {}),
         },
         reused=stages.reused,
     )
@@ -169,6 +183,28 @@ def evaluate_and_measure(
             torch_model=torch_model, bits=bits, budgets=budgets, **warm,
         )  # fmt: skip
     return evaluations, latency
+
+
+def _baseline(
+    stages: CachedStages,
+    target: Target,
+    data: Dataset,
+    metrics: dict[str, float],
+    batch_size: int,
+    timings: dict[str, float],
+) -> BaselineFigures:
+    """The baseline's figures, beside the trial's (its own, where it deploys the same model)."""
+    own = None
+    if is_unmodified(stages.candidate):
+        own = (metrics["accuracy"], metrics["size_mb"], metrics["latency_per_sample_ms"])
+
+    def measure(path: Path, batch: int) -> tuple[float, float]:
+        (val, _), latency = evaluate_and_measure(
+            path, target, data, batch, timings=dict.fromkeys(STAGES, 0.0)
+        )
+        return val.accuracy, latency.per_sample_ms
+
+    return measure_baseline(stages, batch_size, timings, measure, own)
 
 
 def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[LatencyBudget]:

@@ -71,11 +71,13 @@ def test_unknown_space_lists_registered_ones():
         load_space("nope")
 
 
-def test_a_family_is_required(tmp_path):
+def test_arch_knobs_need_a_family_and_no_family_means_a_trained_model(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("name: t\nparams:\n  bits: {type: fixed, value: 8}\n")
-    with pytest.raises(SpecError, match=r"must set arch\.family"):
+    path.write_text("name: t\nparams:\n  arch.width: {type: fixed, value: 8}\n")
+    with pytest.raises(SpecError, match=r"sets \['arch.width'\] but not arch\.family"):
         load_space(str(path))
+    path.write_text("name: t\nparams:\n  bits: {type: fixed, value: 8}\n")
+    assert not load_space(str(path)).trains_models  # a space for a trained model
 
 
 def test_unset_knobs_take_defaults_and_unbuildable_spaces_fail_at_load(tmp_path):

@@ -1,0 +1,66 @@
+"""The baseline of a trained model's study: the unmodified model, as one point of its space.
+
+The baseline is the study's first trial, enqueued with these params: no pruning, fp32, at the
+serving batch the user runs today (``model.batch_size``, by default the space's smallest).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from automl.errors import SpecError
+from automl.search.space import CategoricalParam, FixedParam, FloatParam, IntParam, _applies
+
+if TYPE_CHECKING:
+    from automl.search.space import Param, SearchSpace
+    from automl.search.spec import StudySpec
+
+# What makes a trial the unmodified model: the knob → its baseline value.
+_UNMODIFIED = {"pruning_ratio": 0.0, "method": "fp32", "bits": 32}
+
+
+def baseline_batch(spec: StudySpec, space: SearchSpace) -> int:
+    """The baseline's serving batch: the spec's, else the smallest the space offers."""
+    if spec.model is not None and spec.model.batch_size is not None:
+        return spec.model.batch_size
+    sizes = [v for n, p in space.params.items() if (p.sets or n) == "batch_size" for v in _all(p)]
+    return int(min(sizes)) if sizes else 1
+
+
+def baseline_params(spec: StudySpec, space: SearchSpace) -> dict[str, Any]:
+    """The params, by Optuna name, of the baseline trial of ``spec``'s study.
+
+    Raises:
+        SpecError: The space cannot express the unmodified model (no pruning ratio 0, no fp32)
+            or the baseline's batch size.
+    """
+    wanted = {**_UNMODIFIED, "batch_size": baseline_batch(spec, space)}
+    chosen: dict[str, Any] = {}
+    for name, param in space.params.items():
+        if not _applies(param, chosen):
+            continue
+        key = param.sets or name
+        if key in wanted:
+            if not _contains(param, wanted[key]):
+                raise SpecError(
+                    f"search space {space.name!r} cannot express the baseline: {name} must "
+                    f"allow {wanted[key]!r} (the unmodified model at its serving batch)"
+                )
+            chosen[name] = wanted[key]
+        else:
+            chosen[name] = _all(param)[0]
+    return {n: v for n, v in chosen.items() if not isinstance(space.params[n], FixedParam)}
+
+
+def _all(param: Param) -> list:
+    if isinstance(param, CategoricalParam):
+        return list(param.choices)
+    if isinstance(param, FixedParam):
+        return [param.value]
+    return [param.low]
+
+
+def _contains(param: Param, value: Any) -> bool:
+    if isinstance(param, IntParam | FloatParam):
+        return param.low <= value <= param.high
+    return value in _all(param)

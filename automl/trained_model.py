@@ -1,0 +1,156 @@
+"""A model the user trained: its factory builds the architecture, its state dict the weights."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from automl.errors import SpecError
+
+# Mismatched parameters named in a refusal; the rest are counted.
+_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """The factory ``package.module:function`` and the weights file, with its digest."""
+
+    factory: str
+    weights: Path
+    digest: str
+    output_layer: str = "classifier"
+
+    def build(self) -> nn.Module:
+        """The architecture with the weights loaded, in eval mode on the CPU.
+
+        Raises:
+            SpecError: The factory fails, or the weights do not fit its model.
+        """
+        model = _call_factory(self.factory)
+        state = _read_state_dict(self.weights)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise SpecError(
+                f"weights {str(self.weights)!r} do not fit the model of {self.factory!r}: "
+                f"{_mismatch(model, state) or e}"
+            ) from None
+        return model.eval()
+
+
+def open_trained(
+    factory: str, weights: str | Path, output_layer: str = "classifier"
+) -> TrainedModel:
+    """The trained model of ``factory`` and ``weights``, after checking the file exists.
+
+    ``output_layer`` names the layer that gives the logits, which pruning keeps whole.
+
+    Raises:
+        SpecError: The weights file is missing or unreadable.
+    """
+    path = Path(weights).expanduser()
+    if not path.is_file():
+        raise SpecError(f"weights file {str(weights)!r} does not exist")
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError as e:
+        raise SpecError(f"weights file {str(weights)!r} cannot be read: {e}") from None
+    return TrainedModel(factory, path.resolve(), digest, output_layer)
+
+
+def _call_factory(factory: str) -> nn.Module:
+    module_name, _, function_name = factory.partition(":")
+    if os.getcwd() not in sys.path:  # as uvicorn does: `automl` finds ./mymodel.py
+        sys.path.insert(0, os.getcwd())
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as e:
+        raise SpecError(f"model factory {factory!r} cannot be imported: {e}") from None
+    try:
+        model = function()
+    except Exception as e:  # the user's code: reported as the factory's failure
+        raise SpecError(f"model factory {factory!r} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(model, nn.Module):
+        raise SpecError(
+            f"model factory {factory!r} returned {type(model).__name__}, not a torch nn.Module"
+        )
+    return model
+
+
+def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many kinds for a file that is not its format
+        raise SpecError(
+            f"weights file {str(path)!r} is not a state dict saved with torch.save "
+            f"(loaded with weights_only=True): {type(e).__name__}: {str(e)[:200]}"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise SpecError(
+            f"weights file {str(path)!r} must hold a state dict (torch.save(model.state_dict()"
+            f", path)), found {type(state).__name__}"
+        )
+    return state
+
+
+def _mismatch(model: nn.Module, state: dict[str, torch.Tensor]) -> str:
+    """The missing, unexpected and misshapen parameters, a few of each."""
+    expected = model.state_dict()
+    parts = []
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [
+        f"{k} {tuple(state[k].shape)} in the file, {tuple(v.shape)} in the model"
+        for k, v in expected.items()
+        if k in state and state[k].shape != v.shape
+    ]
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape", shapes)):
+        if items:
+            more = f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
+            parts.append(f"{label}: {', '.join(items[:_SHOWN])}{more}")
+    return "; ".join(parts)
+
+
+def save_module(model: nn.Module, folder: Path) -> dict[str, str]:
+    """Save an in-memory model as a factory and a weights file, once per content.
+
+    The factory is the model's class, which every trial process rebuilds with no arguments
+    before it loads the weights; the weights go to ``<folder>/<content hash>.pt``.
+
+    Returns:
+        The spec's ``model``: ``factory`` and ``weights``.
+
+    Raises:
+        SpecError: The class cannot be imported by name, or needs constructor arguments.
+    """
+    cls = type(model)
+    factory = f"{cls.__module__}:{cls.__qualname__}"
+    instead = (
+        "; pass model={'factory': 'package.module:function', 'weights': path} with a "
+        "function that builds it"
+    )
+    if "<locals>" in cls.__qualname__ or "." in cls.__qualname__:
+        raise SpecError(f"model class {factory!r} cannot be imported by name{instead}")
+    try:
+        cls()
+    except TypeError as e:
+        raise SpecError(
+            f"model class {factory!r} needs constructor arguments ({e}){instead}"
+        ) from None
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    digest = hashlib.sha256()
+    for key, tensor in state.items():
+        digest.update(key.encode())
+        digest.update(tensor.numpy().tobytes())
+    path = folder / f"{digest.hexdigest()[:16]}.pt"
+    if not path.is_file():
+        torch.save(state, path)
+    return {"factory": factory, "weights": str(path.resolve())}
