@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from automl.errors import SpecError
-from automl.search.space import CategoricalParam, FixedParam, FloatParam, IntParam, _applies
+from automl.search.space import FixedParam, FloatParam, IntParam, applies, param_values
 
 if TYPE_CHECKING:
     from automl.search.space import Param, SearchSpace
@@ -23,8 +23,7 @@ def baseline_batch(spec: StudySpec, space: SearchSpace) -> int:
     """The baseline's serving batch: the spec's, else the smallest the space offers."""
     if spec.model is not None and spec.model.batch_size is not None:
         return spec.model.batch_size
-    sizes = [v for n, p in space.params.items() if (p.sets or n) == "batch_size" for v in _all(p)]
-    return int(min(sizes)) if sizes else 1
+    return int(min(space.values_of("batch_size"), default=1))
 
 
 def baseline_params(spec: StudySpec, space: SearchSpace) -> dict[str, Any]:
@@ -37,7 +36,7 @@ def baseline_params(spec: StudySpec, space: SearchSpace) -> dict[str, Any]:
     wanted = {**_UNMODIFIED, "batch_size": baseline_batch(spec, space)}
     chosen: dict[str, Any] = {}
     for name, param in space.params.items():
-        if not _applies(param, chosen):
+        if not applies(param, chosen):
             continue
         key = param.sets or name
         if key in wanted:
@@ -48,19 +47,11 @@ def baseline_params(spec: StudySpec, space: SearchSpace) -> dict[str, Any]:
                 )
             chosen[name] = wanted[key]
         else:
-            chosen[name] = _all(param)[0]
+            chosen[name] = param_values(param)[0]
     return {n: v for n, v in chosen.items() if not isinstance(space.params[n], FixedParam)}
-
-
-def _all(param: Param) -> list:
-    if isinstance(param, CategoricalParam):
-        return list(param.choices)
-    if isinstance(param, FixedParam):
-        return [param.value]
-    return [param.low]
 
 
 def _contains(param: Param, value: Any) -> bool:
     if isinstance(param, IntParam | FloatParam):
         return param.low <= value <= param.high
-    return value in _all(param)
+    return value in param_values(param)

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from automl.candidate import CONV_FAMILIES, FAMILIES, OUTPUT_LAYER
 from automl.errors import SpecError
-from automl.search.space import CategoricalParam, FixedParam, IntParam, candidate_from_values
+from automl.search.space import candidate_from_values, param_values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from automl.candidate import ArchConfig
     from automl.data import Dataset
-    from automl.search.space import Param, SearchSpace
+    from automl.search.space import SearchSpace
     from automl.targets import Target
 
 # The user-written families that passed their dry run here: (family, arch, data fingerprint).
@@ -58,7 +58,7 @@ def check_compatible(space: SearchSpace, data: Dataset, target: Target) -> None:
 
 def families(space: SearchSpace) -> list[str]:
     """Every ``arch.family`` the space can suggest (none for a trained model's space)."""
-    return [str(v) for v in _values(space, "arch.family")]
+    return [str(v) for v in space.values_of("arch.family")]
 
 
 def input_problem(family: str, data: Dataset) -> str | None:
@@ -92,8 +92,8 @@ def _takes_features(family: str, shape: tuple[int, ...]) -> bool:
 
 def _check_heads(space: SearchSpace) -> None:
     """Every transformer width the space suggests must split into every heads value."""
-    widths = _values(space, "arch.width") or [32]
-    heads = _values(space, "arch.heads") or [4]
+    widths = space.values_of("arch.width") or [32]
+    heads = space.values_of("arch.heads") or [4]
     bad = next(((w, h) for w in widths for h in heads if int(w) % int(h)), None)
     if bad:
         raise SpecError(
@@ -101,25 +101,6 @@ def _check_heads(space: SearchSpace) -> None:
             f"every heads value divides, and width {bad[0]} does not split into {bad[1]} "
             f"heads: choose widths that are multiples of {sorted({int(h) for h in heads})}"
         )
-
-
-def _values(space: SearchSpace, key: str) -> list[Any]:
-    """Every value the space gives ``key`` (a float range: its ends); empty if it sets none."""
-    out: list[Any] = []
-    for name, param in space.params.items():
-        if (param.sets or name) == key:
-            out += _param_values(param)
-    return out
-
-
-def _param_values(param: Param) -> list[Any]:
-    if isinstance(param, CategoricalParam):
-        return list(param.choices)
-    if isinstance(param, FixedParam):
-        return [param.value]
-    if isinstance(param, IntParam):
-        return list(range(param.low, param.high + 1, param.step))
-    return [param.low, param.high]
 
 
 def _user_arch(space: SearchSpace, family: str) -> ArchConfig:
@@ -130,7 +111,7 @@ def _user_arch(space: SearchSpace, family: str) -> ArchConfig:
         if param.when and not all(chosen.get(k) in v for k, v in param.when.items()):
             continue
         key = param.sets or name
-        chosen[name] = family if key == "arch.family" else _param_values(param)[0]
+        chosen[name] = family if key == "arch.family" else param_values(param)[0]
         values[key] = chosen[name]
     values["arch.output_layer"] = space.output_layer or OUTPUT_LAYER
     return candidate_from_values(values).arch
@@ -142,7 +123,7 @@ def _dry_run(arch: ArchConfig, space: SearchSpace, data: Dataset) -> None:
     Raises:
         SpecError: A stage failed; the message names the family and the stage.
     """
-    ratio = max((float(v) for v in _values(space, "pruning_ratio")), default=0.0)
+    ratio = max((float(v) for v in space.values_of("pruning_ratio")), default=0.0)
     key = repr((arch, ratio, data.fingerprint))
     if key in _PASSED:
         return

@@ -140,9 +140,9 @@ class SearchSpace(BaseModel):
         for name, param in self.params.items():
             _check_bounds(name, param)
             is_bits = (param.sets or name) == "bits"
-            if is_bits and len(_values(param)) > len(BITS):  # a long int range, never built
+            if is_bits and len(param_values(param)) > len(BITS):  # a long int range, never built
                 raise ValueError(f"parameter {name!r}: bits must be among {list(BITS)}")
-        first = {p.sets or n: _values(p)[0] for n, p in self.params.items()}
+        first = {p.sets or n: param_values(p)[0] for n, p in self.params.items()}
         candidate_from_values(self._arch_values(first))  # a space that cannot build fails here
         return self
 
@@ -173,6 +173,15 @@ class SearchSpace(BaseModel):
                 "or use a space that builds models, e.g. digits-mixed"
             )
 
+    def values_of(self, key: str) -> list[Scalar]:
+        """Every value the space gives candidate ``key`` (a float range: its ends)."""
+        return [
+            value
+            for name, param in self.params.items()
+            if (param.sets or name) == key
+            for value in param_values(param)
+        ]
+
     def bit_choices(self) -> set[int]:
         """Every bit-width the space can suggest."""
         out: set[int] = set()
@@ -180,7 +189,7 @@ class SearchSpace(BaseModel):
             if (param.sets or name) == "bits":
                 if isinstance(param, FloatParam):
                     raise SpecError("bits must be categorical, int or fixed")
-                out |= set(_values(param))
+                out |= set(param_values(param))
         return out or {32}
 
     def method_choices(self) -> set[str]:
@@ -189,7 +198,7 @@ class SearchSpace(BaseModel):
             str(value)
             for name, param in self.params.items()
             if (param.sets or name) == "method"
-            for value in _values(param)
+            for value in param_values(param)
         }
 
     def check_target(self, target: Target) -> None:
@@ -226,12 +235,15 @@ class SearchSpace(BaseModel):
         for name, param in self.params.items():
             if (param.sets or name) not in DEPLOYMENT_KEYS or isinstance(param, FixedParam):
                 continue
-            if isinstance(param, FloatParam) or len(grid) * len(_values(param)) > MAX_DEPLOYMENTS:
+            if (
+                isinstance(param, FloatParam)
+                or len(grid) * len(param_values(param)) > MAX_DEPLOYMENTS
+            ):
                 return None
             expanded = []
             for chosen in grid:
-                if _applies(param, {**fixed, **model_params, **chosen}):
-                    expanded += [{**chosen, name: value} for value in _values(param)]
+                if applies(param, {**fixed, **model_params, **chosen}):
+                    expanded += [{**chosen, name: value} for value in param_values(param)]
                 else:
                     expanded.append(chosen)
             if len(expanded) > MAX_DEPLOYMENTS:
@@ -244,7 +256,7 @@ class SearchSpace(BaseModel):
         chosen: dict[str, Any] = {}
         values: dict[str, Any] = {}
         for name, param in self.params.items():
-            if not _applies(param, chosen):
+            if not applies(param, chosen):
                 continue
             chosen[name] = _suggest(trial, name, param)
             values[param.sets or name] = chosen[name]
@@ -263,20 +275,20 @@ def _is_extra(key: str) -> bool:
     return key.startswith(EXTRA_PREFIX) and key.removeprefix(EXTRA_PREFIX).isidentifier()
 
 
-def _applies(param: Param, chosen: dict[str, Any]) -> bool:
+def applies(param: Param, chosen: dict[str, Any]) -> bool:
     """Whether ``param``'s ``when`` holds for the params ``chosen`` so far."""
     return not param.when or all(chosen.get(k) in v for k, v in param.when.items())
 
 
-def _values(param: Param) -> Sequence[Scalar]:
-    """The values a param takes (a float param: its low end); an int range is not built."""
+def param_values(param: Param) -> Sequence[Scalar]:
+    """The values a param takes (a float param: its ends); an int range is not built."""
     if isinstance(param, CategoricalParam):
         return param.choices
     if isinstance(param, FixedParam):
         return [param.value]
     if isinstance(param, IntParam):
         return range(param.low, param.high + 1, param.step)
-    return [param.low]
+    return [param.low, param.high]
 
 
 def _check_bounds(name: str, param: Param) -> None:
@@ -287,7 +299,7 @@ def _check_bounds(name: str, param: Param) -> None:
     bound = get_settings().knob_bounds.get(key)
     if bound is None:
         return
-    values = _values(param)
+    values = param_values(param)
     if isinstance(param, IntParam | FloatParam):
         low, high = param.low, param.high
     elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
@@ -371,7 +383,9 @@ __all__ = [
     "DEPLOYMENT_KEYS",
     "KEYS",
     "SearchSpace",
+    "applies",
     "candidate_from_values",
     "list_spaces",
     "load_space",
+    "param_values",
 ]
