@@ -9,5 +9,7 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 export DEBIAN_FRONTEND=noninteractive
+# A dpkg run cut short (a machine stopped mid-install) blocks apt until it is finished.
+$SUDO dpkg --configure -a
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq chromium
