@@ -66,35 +66,24 @@ def pareto_figure(points: list[Point], spec: StudySpec, x_metric: str) -> go.Fig
     fig = go.Figure()
     for kind, (name, marker) in _KINDS.items():
         group = sorted((p for p in points if p.kind == kind), key=lambda p: p.metrics[x_metric])
+        front = kind == "front"
         fig.add_trace(
-            go.Scatter(
-                x=[p.metrics[x_metric] for p in group],
-                y=[p.metrics["accuracy"] for p in group],
-                customdata=[p.number for p in group],
-                hovertext=[_hover(p, spec) for p in group],
-                hoverinfo="text",
-                mode="lines+markers" if kind == "front" else "markers",
-                line={"shape": "hv", "color": marker["color"]} if kind == "front" else None,
-                marker=marker,
+            _scatter(
+                group,
+                spec,
+                x_metric,
                 name=f"{name} ({len(group)})",
-                uid=FRONT_TRACE_UID if kind == "front" else kind,
+                marker=marker,
+                mode="lines+markers" if front else "markers",
+                line={"shape": "hv", "color": marker["color"]} if front else None,
+                uid=FRONT_TRACE_UID if front else kind,
             )
         )
     baseline = [p for p in points if p.baseline]
     if baseline:  # a trained model's study: the point every speedup is measured against
-        fig.add_trace(
-            go.Scatter(
-                x=[p.metrics[x_metric] for p in baseline],
-                y=[p.metrics["accuracy"] for p in baseline],
-                customdata=[p.number for p in baseline],
-                hovertext=[_hover(p, spec) for p in baseline],
-                hoverinfo="text",
-                mode="markers",
-                marker={"color": "#000000", "size": 16, "symbol": "star"},
-                name="baseline (the unmodified model)",
-                uid="baseline",
-            )
-        )
+        star = {"color": "#000000", "size": 16, "symbol": "star"}
+        name = "baseline (the unmodified model)"
+        fig.add_trace(_scatter(baseline, spec, x_metric, name=name, marker=star, uid="baseline"))
     fig.update_layout(
         title="Accuracy against latency",
         xaxis={"title": _log_title(x_metric), "type": "log", "tickformat": _LOG_TICKS},
@@ -104,6 +93,18 @@ def pareto_figure(points: list[Point], spec: StudySpec, x_metric: str) -> go.Fig
         margin={"t": 50, "b": 40},
     )
     return fig
+
+
+def _scatter(points: list[Point], spec: StudySpec, x_metric: str, **style) -> go.Scatter:
+    """Points at (``x_metric``, accuracy) with hover text; their trial numbers as ``customdata``."""
+    return go.Scatter(
+        x=[p.metrics[x_metric] for p in points],
+        y=[p.metrics["accuracy"] for p in points],
+        customdata=[p.number for p in points],
+        hovertext=[_hover(p, spec) for p in points],
+        hoverinfo="text",
+        **{"mode": "markers", **style},
+    )
 
 
 def knob_figure(points: list[Point], x_metric: str) -> go.Figure:
