@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,6 +19,8 @@ from automl.errors import SpecError
 from automl.settings import get_settings
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from automl.settings import Settings
 
 logger = logging.getLogger("api.serve")
@@ -45,6 +48,9 @@ def serve(
 ) -> None:
     """Serve the API and run ``workers`` local trial workers until interrupted.
 
+    Worker ``i`` gets GPU ``i mod N`` of the host's, or of a ``CUDA_VISIBLE_DEVICES`` already
+    set (see :mod:`automl.targets.gpus`). This process runs no trial and keeps its environment.
+
     Args:
         host: Address to bind. Without a configured token only a loopback address is allowed,
             and only in dev mode.
@@ -63,6 +69,7 @@ def serve(
     from api.security import configured_tokens
     from automl.hosts import is_loopback
     from automl.storage.factory import open_storage
+    from automl.targets.gpus import list_gpus, worker_environment
 
     settings = settings or get_settings()
     if not configured_tokens(settings) and not is_loopback(host):
@@ -73,8 +80,13 @@ def serve(
     url = storage_url or settings.storage
     app = create_app(settings, storage=open_storage(url, settings))
     context = multiprocessing.get_context("spawn")
+    gpus = list_gpus() if workers else []
     processes = [
-        context.Process(target=worker_process, args=(url, settings), name=f"automl-worker-{i}")
+        context.Process(
+            target=worker_process,
+            args=(url, settings, worker_environment(i, gpus)),
+            name=f"automl-worker-{i}",
+        )
         for i in range(workers)
     ]
     for process in processes:
@@ -96,13 +108,18 @@ def _stopped(_signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
 
-def worker_process(storage_url: str, settings: Settings) -> None:
+def worker_process(
+    storage_url: str, settings: Settings, environment: Mapping[str, str] | None = None
+) -> None:
     """Entry point of one local worker process: run queued studies until SIGINT/SIGTERM.
 
     Args:
         storage_url: SQLAlchemy URL of the study storage.
         settings: The server's settings (artifacts, cache, heartbeats).
+        environment: Variables set first of all, before anything initialises CUDA: the
+            worker's GPU (see :func:`automl.targets.gpus.worker_environment`).
     """
+    os.environ.update(environment or {})
     from automl.fleet.scheduler import work
     from automl.fleet.study_loop import GracefulStop
     from automl.storage.factory import cached, open_artifact_store, open_storage

@@ -82,7 +82,10 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
 
 def test_absent_target_is_refused_before_training(cli, tmp_path):
     started = time.monotonic()
-    out = cli("study", "start", "--target", "a100", "--n-trials", "2", check=False)
+    out = cli(
+        "study", "start", "--target", "a100", "--space", "digits-gpu", "--n-trials", "2",
+        check=False,
+    )  # fmt: skip
     assert out.returncode != 0
     assert "automl worker --target a100" in out.stderr
     assert time.monotonic() - started < 30
@@ -90,7 +93,13 @@ def test_absent_target_is_refused_before_training(cli, tmp_path):
 
 
 def test_detach_creates_a_queued_study_for_remote_workers(cli):
-    out = cli("study", "start", "--target", "a100", "--name", "remote", "--detach")
+    refused = cli("study", "start", "--target", "a100", "--name", "remote", "--detach", check=False)
+    assert refused.returncode == 2 and "bits [8]" in refused.stderr  # the default space's int8
+    assert "digits-gpu" in refused.stderr
+    out = cli(
+        "study", "start", "--target", "a100", "--space", "digits-gpu", "--name", "remote",
+        "--detach",
+    )  # fmt: skip
     assert "automl worker --target a100" in out.stdout
     info = json.loads(cli("study", "show", "remote", "--json").stdout)
     assert info["state"] == "queued" and info["counts"]["COMPLETE"] == 0
@@ -369,7 +378,7 @@ def test_one_spec_on_two_targets_and_compare(cli):
         "study",
         "start",
         "--space",
-        "digits-mlp",
+        "digits-gpu",
         "--target",
         "cpu,a100",
         "--n-trials",
@@ -385,7 +394,7 @@ def test_one_spec_on_two_targets_and_compare(cli):
     assert {k: v for k, v in a100.items() if k not in ("name", "target")} == {
         k: v for k, v in cpu.items() if k not in ("name", "target")
     }
-    cli("study", "start", "--space", "digits-mlp", "--n-trials", "2", "--name", "m2", "--seed", "1")
+    cli("study", "start", "--space", "digits-gpu", "--n-trials", "2", "--name", "m2", "--seed", "1")
     comparison = json.loads(cli("study", "compare", "m-cpu", "m2", "--json").stdout)
     assert comparison["studies"] == {"m-cpu": "cpu", "m2": "cpu"}
     fronts = {

@@ -22,9 +22,10 @@ from automl.service.read import pareto_front
 from automl.service.studies import load, state_counts
 from automl.settings import get_settings
 from automl.storage.factory import open_artifact_store, open_storage
+from automl.targets.gpus import list_gpus, pin_this_process, worker_environment
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from multiprocessing.process import BaseProcess
 
     from optuna.storages import BaseStorage
@@ -53,6 +54,8 @@ def run_here(
     """Run the studies of ``specs`` here in turn, as ``automl study start`` does.
 
     A stop by Ctrl-C or SIGTERM ends the run with the commands that resume its studies.
+    Each process gets one of the host's GPUs, round-robin (see :mod:`automl.targets.gpus`); this
+    one, process 0, is pinned to the first before it runs a trial.
 
     Args:
         specs: The studies, already created.
@@ -69,13 +72,18 @@ def run_here(
         finalizes.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
+    # Assigned once, before this process is pinned: pinning changes what it would inherit.
+    gpus = list_gpus()
+    environments = [worker_environment(index, gpus) for index in range(jobs)]
+    pin_this_process(environments[0])  # no trial has run here yet, so CUDA has not read it
     code = 0
     for index, spec in enumerate(specs):
         resume = [_resume_command(s.name, storage_url, jobs) for s in specs[index:]]
         try:
             ended = run_local(
-                spec.name, storage, storage_url=storage_url, jobs=jobs, console=console
-            )
+                spec.name, storage, storage_url=storage_url, environments=environments,
+                console=console,
+            )  # fmt: skip
             if ended.reason in ("interrupted", "signal"):
                 if ended.reason == "interrupted":
                     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -112,9 +120,14 @@ def _resume_command(name: str, storage_url: str | None, jobs: int) -> str:
 
 
 def run_local(
-    name: str, storage: BaseStorage, *, storage_url: str | None, jobs: int, console: Console
+    name: str,
+    storage: BaseStorage,
+    *,
+    storage_url: str | None,
+    environments: Sequence[Mapping[str, str]],
+    console: Console,
 ) -> LoopResult:
-    """Run study ``name`` with ``jobs`` processes, then print how it ended and its front.
+    """Run study ``name`` with one process per environment, then print how it ended and its front.
 
     A first Ctrl-C (or SIGTERM) lets every process finish its running trial. A second Ctrl-C
     aborts them all at once: Optuna marks their trials FAIL and the interrupt propagates.
@@ -123,7 +136,9 @@ def run_local(
         name: The study, already created.
         storage: Its storage.
         storage_url: The URL, for the extra worker processes.
-        jobs: Worker processes in all (this one included).
+        environments: One per worker process, this one's first (already applied here): the
+            variables each helper sets before it runs (its GPU, see
+            :func:`automl.targets.gpus.worker_environment`).
         console: Where progress and the final front go.
 
     Returns:
@@ -137,7 +152,7 @@ def run_local(
     stop = GracefulStop().install()
     helpers: list[BaseProcess] = []
     try:
-        helpers = _start_helpers(name, storage_url or settings.storage, jobs, stop)
+        helpers = _start_helpers(name, storage_url or settings.storage, environments[1:], stop)
         with rich_progress(console) as progress:
             task = progress.add_task(name, total=spec.n_trials, status="starting")
             with _refreshing(progress, task, _Status(study, spec.n_trials)):
@@ -163,8 +178,10 @@ def run_local(
     return LoopResult(ran=result.ran, reason=reason)
 
 
-def _start_helpers(name: str, url: str, jobs: int, stop: GracefulStop) -> list[BaseProcess]:
-    """Start ``jobs - 1`` helper processes that ignore Ctrl-C, and tell ``stop`` about them.
+def _start_helpers(
+    name: str, url: str, environments: Sequence[Mapping[str, str]], stop: GracefulStop
+) -> list[BaseProcess]:
+    """Start one helper process per environment, ignoring Ctrl-C, and tell ``stop`` about them.
 
     A terminal sends Ctrl-C to every process of its foreground group; this process passes each
     press on (see :class:`GracefulStop`), so helpers must not count it a second time. They
@@ -172,8 +189,10 @@ def _start_helpers(name: str, url: str, jobs: int, stop: GracefulStop) -> list[B
     """
     context = multiprocessing.get_context("spawn")
     helpers = [
-        context.Process(target=_worker_process, args=(name, url, index), daemon=False)
-        for index in range(1, jobs)
+        context.Process(
+            target=_worker_process, args=(name, url, index, dict(environment)), daemon=False
+        )
+        for index, environment in enumerate(environments, start=1)
     ]
     if not helpers:
         return helpers
@@ -202,7 +221,8 @@ def _abort_helpers(helpers: list[BaseProcess], grace_s: float = 60.0) -> None:
             process.join()
 
 
-def _worker_process(name: str, url: str, index: int) -> None:
+def _worker_process(name: str, url: str, index: int, environment: dict[str, str]) -> None:
+    os.environ.update(environment)  # first: CUDA reads its GPU when it initialises
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # ignored: the parent passes it on
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the parent's progress line tells
     settings = get_settings()

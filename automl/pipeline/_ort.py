@@ -6,6 +6,7 @@ A graph's input is float32 (or float16, or float64) for features and int64 for t
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,6 +27,9 @@ ORT_DTYPES = {
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
 }
+# Options every session gets unless its caller says otherwise. The CUDA EP and cuDNN run fp32
+# convolutions and matmuls in TF32 by default; with it off, an "fp32" latency is fp32's.
+DEFAULT_PROVIDER_OPTIONS = MappingProxyType({"CUDAExecutionProvider": {"use_tf32": "0"}})
 
 
 def make_session(
@@ -46,8 +50,8 @@ def make_session(
         model_path: The ONNX file.
         providers: Execution providers in order of preference.
         intra_op_threads: Intra-op thread count (0 lets ORT choose).
-        provider_options: Options per provider name, e.g.
-            ``{"CUDAExecutionProvider": {"use_tf32": "0"}}``.
+        provider_options: Options per provider name, over
+            :data:`DEFAULT_PROVIDER_OPTIONS` (see :func:`provider_options_for`).
 
     Returns:
         The session. ``get_providers()`` lists the providers it registered; where its nodes
@@ -62,12 +66,28 @@ def make_session(
     options.add_session_config_entry(RECORD_PLACEMENT, "1")
     available = set(ort.get_available_providers())
     chosen = [p for p in providers if p in available] or ["CPUExecutionProvider"]
-    options_of = [dict((provider_options or {}).get(p, {})) for p in chosen]
+    options_of = provider_options_for(chosen, provider_options)
     session = ort.InferenceSession(
         str(model_path), sess_options=options, providers=chosen, provider_options=options_of
     )
     session.disable_fallback()
     return session
+
+
+def provider_options_for(
+    providers: Sequence[str], provider_options: Mapping[str, Mapping[str, str]] | None = None
+) -> list[dict[str, str]]:
+    """The options of each of ``providers``: :data:`DEFAULT_PROVIDER_OPTIONS`, then the caller's.
+
+    Args:
+        providers: The providers a session registers, in order.
+        provider_options: The caller's options per provider name; they win over the defaults.
+
+    Returns:
+        One dict of options per provider, in the order of ``providers``.
+    """
+    own = provider_options or {}
+    return [{**DEFAULT_PROVIDER_OPTIONS.get(p, {}), **own.get(p, {})} for p in providers]
 
 
 def open_session(

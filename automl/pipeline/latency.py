@@ -7,8 +7,10 @@ once the runs have taken ``min_seconds`` (at least ``_FEWEST_RUNS`` of them): a 
 stops as soon as its runs agree, instead of taking ``min_runs`` of them. Warm-up stops after ``warmup_runs``
 runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs. Inputs are real
 test samples at the candidate's batch size. ONNX Runtime runs on the target's first execution
-provider with its pinned intra-op threads; a CUDA target whose ONNX Runtime lacks the CUDA
-provider may be timed with torch on CUDA instead (``source="torch-cuda"``), never on the CPU.
+provider with its pinned intra-op threads, and nowhere else: a CUDA target whose ONNX Runtime
+lacks the CUDA provider is refused (``make install-gpu``), never timed by another runtime. The
+CUDA provider runs with TF32 off (see :data:`automl.pipeline._ort.DEFAULT_PROVIDER_OPTIONS`), so
+that fp32 is fp32, and the environment records it.
 """
 
 from __future__ import annotations
@@ -24,17 +26,15 @@ import numpy as np
 import onnxruntime as ort
 
 from automl.errors import SpecError, TargetUnavailable
-from automl.pipeline._ort import feed, input_dtype, input_name, model_dtype, open_session
+from automl.pipeline._ort import feed, input_dtype, input_name, open_session
 from automl.pipeline.latency_decision import quantile_interval
 from automl.pipeline.placement import check_placement, node_placements
-from automl.pipeline.torch_cuda_latency import cuda_available, cuda_runner
-from automl.targets import detect_gpu_names, matching_gpus, require_present
+from automl.targets import require_present
+from automl.targets._registry import gpu_identity
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
-
-    import torch
 
     from automl.targets import Target
 
@@ -71,7 +71,7 @@ class Latency(LatencyStats):
         converged: The CI target was reached before a cap stopped the runs.
         over_budget: The runs stopped early, all over a latency budget (see
             :class:`LatencyBudget`): the candidate is infeasible, and its times are few.
-        source: ``"onnxruntime"`` or ``"torch-cuda"``.
+        source: The runtime that timed it: ``"onnxruntime"``.
         provider: The execution provider that really ran the model.
         env: Environment fingerprint (see :func:`env_fingerprint`).
     """
@@ -159,20 +159,28 @@ def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
 
 
 def env_fingerprint(
-    provider: str, threads: int, target: Target, placement: Mapping[str, int] | None = None
+    provider: str,
+    threads: int,
+    target: Target,
+    placement: Mapping[str, int] | None = None,
+    provider_options: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Describe where a measurement ran.
 
     Args:
-        provider: The execution provider (or ``"torch.cuda"``) that ran the model.
+        provider: The execution provider that ran the model.
         threads: Intra-op threads used.
         target: The target measured.
-        placement: Nodes per execution provider of the timed session, when ONNX Runtime ran it
-            (see :func:`automl.pipeline.placement.check_placement`).
+        placement: Nodes per execution provider of the timed session (see
+            :func:`automl.pipeline.placement.check_placement`).
+        provider_options: The options ``provider`` ran with, as the session reports them.
 
     Returns:
-        ORT version, provider, threads, CPU model, logical cores, GPU name (cuda targets),
-        Python version, platform, target name and, when given, ``placement``.
+        ORT version, provider, threads, CPU model, logical cores, Python version, platform,
+        target name and, when given, ``placement``. A cuda target adds its GPU's name, index,
+        UUID and driver version (see :func:`automl.targets._registry.gpu_identity`; ``None``
+        where ``nvidia-smi`` cannot tell) and ``tf32``: whether fp32 ran as TF32 (``None``
+        when the options do not say).
     """
     env: dict[str, Any] = {
         "target": target.name,
@@ -185,7 +193,12 @@ def env_fingerprint(
         "platform": platform.platform(),
     }
     if target.kind == "cuda":
-        env["gpu"] = next(iter(matching_gpus(target, detect_gpu_names())), None)
+        gpu = gpu_identity(target) or {}
+        env["gpu"] = gpu.get("name")
+        env |= {f"gpu_{key}": gpu.get(key) for key in ("index", "uuid")}
+        env["driver"] = gpu.get("driver")
+        use_tf32 = (provider_options or {}).get("use_tf32")
+        env["tf32"] = None if use_tf32 is None else use_tf32 != "0"
     if placement is not None:
         env["placement"] = dict(placement)
     return env
@@ -203,8 +216,6 @@ def measure_latency(
     max_seconds: float = 2.0,
     min_seconds: float = 0.25,
     rel_ci: float = 0.02,
-    torch_model: torch.nn.Module | None = None,
-    bits: int = 32,
     budgets: Sequence[LatencyBudget] = (),
 ) -> Latency:
     """Measure the latency of one model at one batch size on the target's hardware.
@@ -223,10 +234,6 @@ def measure_latency(
         min_seconds: Time in timed runs after which the interval is checked after every run
             until ``min_runs`` are in.
         rel_ci: Stop once the median's 95% CI half-width is within this fraction of it.
-        torch_model: The same model in torch, timed on CUDA only when the target is a
-            CUDA target and ONNX Runtime has no CUDA provider here.
-        bits: The candidate's bit-width, for the torch path: 16 runs in half precision, 32 in
-            float32, and other widths cannot be timed there.
         budgets: The study's latency constraints at this batch size; the runs stop as soon as
             they prove one exceeded (``over_budget``).
 
@@ -234,10 +241,9 @@ def measure_latency(
         The measurement.
 
     Raises:
-        TargetUnavailable: The hardware is absent, or no runtime here can use it.
+        TargetUnavailable: The hardware is absent, or ONNX Runtime here cannot use it.
         TrialFailed: Compute nodes run on a provider other than the target's (see
             :func:`automl.pipeline.placement.check_placement`).
-        UnsupportedQuantization: Only the torch path is available, and it cannot run ``bits``.
         SpecError: ``batch_size``, ``inputs`` or the run limits are unusable.
     """
     require_present(target)
@@ -247,26 +253,8 @@ def measure_latency(
             f"batch_size={batch_size}, {len(inputs)} inputs, min_runs={min_runs}, "
             f"max_runs={max_runs}"
         )
-    session = open_session(model, target.execution_providers, target.intra_op_threads)
-    provider = session.get_providers()[0]
-    wanted = target.execution_providers[0]
-    if provider == wanted:
-        placement = check_placement(node_placements(session), wanted)
-        run_once = _ort_runner(session, _batch(inputs, batch_size, input_dtype(session)))
-        source = "onnxruntime"
-        env = env_fingerprint(provider, target.intra_op_threads, target, placement)
-    elif target.kind == "cuda" and torch_model is not None and cuda_available():
-        run_once, threads, torch_env = cuda_runner(
-            torch_model, _batch(inputs, batch_size, model_dtype(inputs)), bits
-        )
-        provider, source = "torch.cuda", "torch-cuda"
-        env = env_fingerprint(provider, threads, target) | torch_env
-    else:
-        raise TargetUnavailable(
-            f"target {target.name!r} needs ONNX Runtime's {wanted}, but this ONNX Runtime "
-            f"runs the model on {provider}. Install onnxruntime-gpu, or pass torch_model "
-            "to time the torch model on CUDA. Latency is never estimated as a fallback."
-        )
+    session, env = _session_on(model, target)
+    run_once = _ort_runner(session, _batch(inputs, batch_size, input_dtype(session)))
     _warm_up(run_once, warmup_runs)
     limits = _Limits(min_runs, max_runs, min_seconds, max_seconds, rel_ci, tuple(budgets))
     samples, stop = _timed_runs(run_once, batch_size, limits)
@@ -274,8 +262,8 @@ def measure_latency(
         **asdict(latency_stats(samples, batch_size)),
         converged=stop == "converged",
         over_budget=stop == "over_budget",
-        source=source,
-        provider=provider,
+        source="onnxruntime",
+        provider=env["provider"],
         env=env,
     )
 
@@ -306,17 +294,35 @@ def ort_run_timer(
     require_present(target)
     if batch_size < 1 or len(inputs) == 0:
         raise SpecError(f"need batch_size >= 1 and some inputs; got {batch_size}, {len(inputs)}")
-    session = open_session(model, target.execution_providers, target.intra_op_threads)
-    provider = session.get_providers()[0]
-    if provider != target.execution_providers[0]:
-        raise TargetUnavailable(
-            f"target {target.name!r} needs ONNX Runtime's {target.execution_providers[0]}, "
-            f"but this ONNX Runtime runs the model on {provider}"
-        )
-    placement = check_placement(node_placements(session), provider)
+    session, env = _session_on(model, target)
     run_once = _ort_runner(session, _batch(inputs, batch_size, input_dtype(session)))
     _warm_up(run_once, warmup_runs)
-    return run_once, env_fingerprint(provider, target.intra_op_threads, target, placement)
+    return run_once, env
+
+
+def _session_on(
+    model: Path | str | ort.InferenceSession, target: Target
+) -> tuple[ort.InferenceSession, dict[str, Any]]:
+    """A session of ``model`` on the target's provider, its placement checked, and its env.
+
+    Raises:
+        TargetUnavailable: The session does not run on the target's first provider (ONNX
+            Runtime could not start it, or a session passed in was opened elsewhere).
+        TrialFailed: Compute nodes run on a provider other than the target's.
+    """
+    session = open_session(model, target.execution_providers, target.intra_op_threads)
+    provider, wanted = session.get_providers()[0], target.execution_providers[0]
+    if provider != wanted:
+        cuda = target.kind == "cuda"
+        hint = " (can it load the CUDA and cuDNN of `make install-gpu`?)" if cuda else ""
+        raise TargetUnavailable(
+            f"target {target.name!r} needs ONNX Runtime's {wanted}, but this session runs the "
+            f"model on {provider}{hint}. Latency is never measured on another provider instead."
+        )
+    placement = check_placement(node_placements(session), wanted)
+    options = session.get_provider_options().get(wanted)
+    env = env_fingerprint(provider, target.intra_op_threads, target, placement, options)
+    return session, env
 
 
 @dataclass(frozen=True)

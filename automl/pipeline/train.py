@@ -59,29 +59,32 @@ def train(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(config.epochs, 1))
-    x = torch.from_numpy(data.x_train)
-    y = torch.from_numpy(data.y_train)
-    teacher = None if teacher_logits is None else torch.from_numpy(teacher_logits)
+    # The arrays go to the device once; batches are indexed there.
+    x = torch.from_numpy(data.x_train).to(device)
+    y = torch.from_numpy(data.y_train).to(device)
+    teacher = None if teacher_logits is None else torch.from_numpy(teacher_logits).to(device)
     history = []
     for epoch in range(config.epochs):
         model.train()
-        order = torch.randperm(len(x), generator=generator)
-        total_loss = 0.0
+        # Drawn on the CPU generator, so a seed gives the same order on every device.
+        order = torch.randperm(len(x), generator=generator).to(device)
+        # Summed on the device in float64, read once per epoch: no host sync per step.
+        total_loss = torch.zeros((), dtype=torch.float64, device=device)
         for start in range(0, len(x), config.batch_size):
             rows = order[start : start + config.batch_size]
-            logits = model(x[rows].to(device))
-            loss = nn.functional.cross_entropy(logits, y[rows].to(device))
+            logits = model(x[rows])
+            loss = nn.functional.cross_entropy(logits, y[rows])
             if teacher is not None and config.kd_alpha > 0:
-                kd = _distillation(logits, teacher[rows].to(device), config.kd_temperature)
+                kd = _distillation(logits, teacher[rows], config.kd_temperature)
                 loss = (1 - config.kd_alpha) * loss + config.kd_alpha * kd
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total_loss += loss.item() * len(rows)
+            total_loss += loss.detach().double() * len(rows)
         scheduler.step()
         val_accuracy = accuracy(model, data.x_val, data.y_val, device=device)
         history.append(
-            {"epoch": epoch + 1, "loss": total_loss / len(x), "val_accuracy": val_accuracy}
+            {"epoch": epoch + 1, "loss": total_loss.item() / len(x), "val_accuracy": val_accuracy}
         )
     return TrainResult(model=model.cpu().eval(), history=tuple(history))
 

@@ -208,6 +208,7 @@ class SearchSpace(BaseModel):
             raise SpecError(
                 f"search space {self.name!r} suggests bits {unsupported}, which target "
                 f"{target.name!r} cannot run; it supports {sorted(target.precisions)}"
+                + (" (the shipped space digits-gpu fits it)" if target.kind == "cuda" else "")
             )
         methods = sorted(self.method_choices() - set(target.methods))
         if methods:

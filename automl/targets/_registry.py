@@ -2,7 +2,8 @@
 
 Each ``*.yaml`` file next to this module describes one target. Its ``name`` equals the
 file stem and is stable: it appears in study names and cache keys. This module imports
-neither torch nor onnxruntime; GPUs are detected with ``nvidia-smi``.
+neither torch nor onnxruntime when loaded; GPUs are detected with ``nvidia-smi``, and
+onnxruntime is asked for its providers only once a CUDA target's GPU has been found.
 
 A CUDA target lists the exact ``nvidia-smi --query-gpu=name`` models it measures
 (``device_names``), compared without regard to case or repeated spaces, never as substrings:
@@ -14,6 +15,7 @@ its latencies are not the target's.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -214,24 +216,65 @@ def detect_gpu_names() -> list[str]:
     Returns:
         One name per GPU, or an empty list when ``nvidia-smi`` is missing or fails.
     """
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
     # mig.mode.current is "[N/A]" on GPUs without MIG; drivers that lack the field fail the
     # first query, and the second still names the GPUs.
     for fields in ("name,mig.mode.current", "name"):
-        try:
-            out = subprocess.run(
-                [exe, f"--query-gpu={fields}", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=_NVIDIA_SMI_TIMEOUT_S,
-                check=True,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            continue
-        return _parse_gpu_query(out)
+        out = query_gpus(fields)
+        if out is not None:
+            return _parse_gpu_query(out)
     return []
+
+
+def gpu_identity(target: Target) -> dict[str, str] | None:
+    """Index, UUID, driver version and name of the GPU here that measures ``target``.
+
+    That is the first entry of ``CUDA_VISIBLE_DEVICES`` when it is set, else the first GPU of
+    the target's model.
+
+    Returns:
+        ``{"index", "uuid", "driver", "name"}`` from ``nvidia-smi`` (its index is CUDA's device
+        number when every GPU is visible), or ``None`` when none matches or it cannot tell.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    for fields in ("name,mig.mode.current", "name"):  # as in detect_gpu_names
+        out = query_gpus(f"index,uuid,driver_version,{fields}")
+        if out is not None:
+            gpus = _parse_gpu_identities(out)
+            if visible:  # this process's GPU only (automl's workers name it by UUID)
+                gpus = [g for g in gpus if visible in (g["index"], g["uuid"])]
+            return next((g for g in gpus if device_refusal(target, g["name"]) is None), None)
+    return None
+
+
+def query_gpus(fields: str) -> str | None:
+    """``nvidia-smi --query-gpu=<fields>`` as CSV lines; ``None`` when it is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        return subprocess.run(
+            [exe, f"--query-gpu={fields}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=_NVIDIA_SMI_TIMEOUT_S,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _parse_gpu_identities(csv_text: str) -> list[dict[str, str]]:
+    """GPUs from ``--query-gpu=index,uuid,driver_version,name[,mig.mode.current]`` CSV lines.
+
+    Names are as :func:`detect_gpu_names` gives them: ``" MIG"`` marks a GPU in MIG mode.
+    """
+    gpus = []
+    for line in csv_text.splitlines():
+        fields = [f.strip() for f in line.split(",", 3)]
+        if len(fields) == 4 and all(fields):
+            values = [*fields[:3], *_parse_gpu_query(fields[3])]
+            gpus.append(dict(zip(("index", "uuid", "driver", "name"), values, strict=True)))
+    return gpus
 
 
 def _parse_gpu_query(csv_text: str) -> list[str]:
@@ -283,36 +326,66 @@ def matching_gpus(target: Target, gpu_names: Sequence[str]) -> list[str]:
     return [g for g in gpu_names if device_refusal(target, g) is None]
 
 
-def is_present(target: Target, detected: Sequence[str] | None = None) -> bool:
-    """Whether this machine has the target's hardware.
+def runtime_refusal(target: Target, providers: Sequence[str]) -> str | None:
+    """Why an ONNX Runtime with ``providers`` cannot measure ``target``; ``None`` when it can.
+
+    Pure: names only. Latency is never measured on another provider in the target's place.
 
     Args:
         target: The target.
-        detected: GPU names to match against; ``None`` runs :func:`detect_gpu_names`.
+        providers: ``onnxruntime.get_available_providers()`` of the runtime installed here.
 
     Returns:
-        ``True`` for cpu; for cuda, whether a GPU is one of the target's ``device_names``
-        and not a MIG slice (see :func:`device_refusal`).
+        ``None`` when ``providers`` has the target's first one; otherwise one line that names
+        what is missing and the fix.
+    """
+    wanted = target.execution_providers[0]
+    if wanted in providers:
+        return None
+    cuda_fix = "run `make install-gpu` in the automl checkout"
+    fix = cuda_fix if target.kind == "cuda" else f"install an ONNX Runtime build with {wanted}"
+    return (
+        f"target {target.name!r} is measured on ONNX Runtime's {wanted}, which the installed "
+        f"ONNX Runtime lacks (it has {', '.join(providers) or 'none'}): {fix}"
+    )
+
+
+def is_present(target: Target, detected: Sequence[str] | None = None) -> bool:
+    """Whether this machine can measure the target.
+
+    Args:
+        target: The target.
+        detected: GPU names to match, by name only; ``None`` inspects this machine.
+
+    Returns:
+        ``True`` for cpu; for cuda, whether a GPU is one of the target's ``device_names`` and
+        not a MIG slice (see :func:`device_refusal`), and, inspecting this machine, whether
+        its ONNX Runtime has the target's provider (see :func:`runtime_refusal`).
     """
     if target.kind == "cpu":
         return True
     gpus = detect_gpu_names() if detected is None else detected
-    return bool(matching_gpus(target, gpus))
+    if not matching_gpus(target, gpus):
+        return False
+    return detected is not None or runtime_refusal(target, _ort_providers()) is None
 
 
 def require_present(target: Target) -> None:
-    """Raise unless this machine has the target's hardware.
+    """Raise unless this machine has the target's hardware and a runtime that can use it.
 
     Args:
         target: The target.
 
     Raises:
-        TargetUnavailable: The hardware is absent. The message names what is missing,
-            what was detected and why each GPU was refused, and how to run a worker on the
-            right hardware.
+        TargetUnavailable: The hardware is absent: the message names what is missing, what
+            was detected and why each GPU was refused, and how to run a worker on the right
+            hardware. Or ONNX Runtime lacks the target's provider (see :func:`runtime_refusal`).
     """
     gpus = [] if target.kind == "cpu" else detect_gpu_names()
     if is_present(target, gpus):
+        refusal = None if target.kind == "cpu" else runtime_refusal(target, _ort_providers())
+        if refusal:
+            raise TargetUnavailable(refusal)
         return
     if gpus:
         seen = "; ".join(device_refusal(target, g) or repr(g) for g in gpus)
@@ -326,3 +399,10 @@ def require_present(target: Target) -> None:
         "fallback. Run a worker on a machine with that GPU, sharing the study storage: "
         f"automl worker --target {target.name} --storage {_STORAGE_HINT}"
     )
+
+
+def _ort_providers() -> list[str]:
+    """The execution providers of the ONNX Runtime installed here (imported only now)."""
+    import onnxruntime
+
+    return list(onnxruntime.get_available_providers())

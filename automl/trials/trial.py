@@ -11,15 +11,13 @@ import torch
 from automl.pipeline._ort import make_session
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
-from automl.pipeline.torch_cuda_latency import check_measurable, times_with_torch
 from automl.targets import require_present
+from automl.targets.gpus import measurement_lock
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
 from automl.trials.stages import CachedStages, timed
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from torch import nn
 
     from automl.candidate import Candidate
     from automl.data import Dataset
@@ -86,21 +84,19 @@ def run_trial(
         search sees) and ``test_accuracy`` on the test split (what the report shows beside it).
 
     Raises:
-        TargetUnavailable: Before any work, when the target's hardware is absent.
-        UnsupportedQuantization: The bit-width does not apply to this model, or cannot be
-            timed on this host (checked before any work).
+        TargetUnavailable: Before any work, when the target's hardware is absent or ONNX
+            Runtime here lacks its execution provider (see :func:`require_present`).
+        UnsupportedQuantization: The bit-width does not apply to this model.
         TrialFailed: A stage could not produce a valid candidate.
     """
     require_present(target)
-    check_measurable(target, candidate.bits)
     stages = CachedStages(
         candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained
     )
     timings = dict.fromkeys(STAGES, 0.0)
     quantized, onnx_diff, built = stages.quantized(timings)
     (evaluation, test_evaluation), latency = evaluate_and_measure(
-        quantized.path, target, data, candidate.batch_size, timings=timings, bits=candidate.bits,
-        torch_model=stages.pruned(timings)[0].model if times_with_torch(target) else None,
+        quantized.path, target, data, candidate.batch_size, timings=timings,
         budgets=latency_budgets(constraints, candidate.batch_size),
     )  # fmt: skip
     metrics = {
@@ -146,8 +142,6 @@ def evaluate_and_measure(
     batch_size: int,
     *,
     timings: dict[str, float],
-    bits: int = 32,
-    torch_model: nn.Module | None = None,
     budgets: Sequence[LatencyBudget] = (),
 ) -> tuple[tuple[Evaluation, Evaluation], Latency]:
     """Accuracy of an ONNX model at the serving batch, then its latency in the same session.
@@ -165,8 +159,6 @@ def evaluate_and_measure(
             fed to the timed runs.
         batch_size: The serving batch.
         timings: Seconds of ``evaluate`` and ``latency`` are added here.
-        bits: The candidate's bit-width (for the torch-cuda path; see :func:`measure_latency`).
-        torch_model: The same model in torch, for that path.
         budgets: Latency budgets that stop the timing early (see :class:`LatencyBudget`).
     """
     with timed(timings, "evaluate"):
@@ -177,11 +169,8 @@ def evaluate_and_measure(
             for x, y in ((data.x_val, data.y_val), (data.x_test, data.y_test))
         )
     warm = {"warmup_runs": 1} if len(data.x_test) >= batch_size else {}
-    with timed(timings, "latency"):
-        latency = measure_latency(
-            session, target, data.x_test, batch_size,
-            torch_model=torch_model, bits=bits, budgets=budgets, **warm,
-        )  # fmt: skip
+    with timed(timings, "latency"), measurement_lock(target):  # alone on a shared GPU
+        latency = measure_latency(session, target, data.x_test, batch_size, budgets=budgets, **warm)
     return evaluations, latency
 
 

@@ -17,7 +17,11 @@ pytest_plugins = ["api_fixtures"]
 def test_a_key_reused_with_another_request_is_refused_naming_the_key(submit_spec, unique_name):
     key = unique_name("k")
     assert submit_spec(headers={"Idempotency-Key": key}).status_code == 201
-    for changed in ({"search_space": "digits-cnn"}, {"target": "a100"}, {"seed": 7}):
+    for changed in (
+        {"search_space": "digits-cnn"},
+        {"target": "a100", "search_space": "digits-gpu"},
+        {"seed": 7},
+    ):
         response = submit_spec(headers={"Idempotency-Key": key}, **changed)
         assert response.status_code == 422, (changed, response.text)
         assert response.json()["code"] == "idempotency_key_reused"

@@ -59,7 +59,7 @@ def test_list_is_paginated(submit_spec, api_client):
 
 
 def test_absent_target_stays_queued_and_says_why(submit_spec):
-    body = submit_spec(target="a100").json()
+    body = submit_spec(target="a100", search_space="digits-gpu").json()
     assert body["state"] == "queued"
     assert "no live worker serves target 'a100'" in body["waiting_reason"]
     assert "automl worker --target a100" in body["waiting_reason"]
@@ -69,7 +69,7 @@ def test_why_a_study_waits_comes_from_the_live_workers_not_the_api_host(
     submit_spec, api_client, api_server
 ):
     """An A100 worker polling the storage: the API on this CPU host says the study waits for it."""
-    name = submit_spec(target="a100").json()["name"]
+    name = submit_spec(target="a100", search_space="digits-gpu").json()["name"]
     interval = api_server.settings.heartbeat_interval_s
     with WorkerBeacon(api_server.storage, {"a100"}, interval):
         body = api_client.get(f"/v1/studies/{name}").json()

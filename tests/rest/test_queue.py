@@ -31,7 +31,7 @@ def _create(storage, name: str, **spec: object) -> optuna.Study:
 
 def test_runnable_studies_are_queued_here_with_a_free_slot(storage, synthetic_trial):
     _create(storage, "queued", n_trials=2)
-    _create(storage, "elsewhere", target="a100", n_trials=2)
+    _create(storage, "elsewhere", target="a100", search_space="digits-gpu", n_trials=2)
     _create(storage, "stopped", n_trials=2)
     request_stop("stopped", storage)
     _create(storage, "done", n_trials=1).add_trial(synthetic_trial(0, 0.9, 1.0))
@@ -73,7 +73,9 @@ def test_worker_loop_and_reaper_ride_out_a_storage_outage(api_settings, tmp_path
         reaper = Reaper(storage, interval_s=0.2).start()
         proxy.outage(2.5)
         assert worker.is_alive()
-        study = _create(storage, "stale", n_trials=2, target="a100")  # no worker here runs it
+        study = _create(
+            storage, "stale", n_trials=2, target="a100", search_space="digits-gpu"
+        )  # no worker here runs it
         trial = study.ask()
         storage.record_heartbeat(trial._trial_id)  # then its worker dies
         deadline = time.monotonic() + 30

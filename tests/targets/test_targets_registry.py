@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
+import onnxruntime as ort
 import pytest
 
 from automl.errors import SpecError, TargetUnavailable
@@ -16,9 +19,37 @@ from automl.targets import (
     matching_gpus,
     require_present,
 )
-from automl.targets._registry import _parse_gpu_query, _parse_target
+from automl.targets._registry import (
+    _parse_gpu_identities,
+    _parse_gpu_query,
+    _parse_target,
+    gpu_identity,
+    runtime_refusal,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 NAMES = ["a100", "cpu", "h100", "h200", "rtx4090"]
+# What `nvidia-smi` prints on a host with two A100s, the first in MIG mode, per query.
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=name,mig.mode.current)
+    printf 'NVIDIA A100-SXM4-80GB, Enabled\\nNVIDIA A100-SXM4-80GB, Disabled\\n' ;;
+  --query-gpu=index,uuid,driver_version,name,mig.mode.current)
+    printf '0, GPU-aaaa, 580.65.06, NVIDIA A100-SXM4-80GB, Enabled\\n'
+    printf '1, GPU-bbbb, 580.65.06, NVIDIA A100-SXM4-80GB, Disabled\\n' ;;
+  *) exit 6 ;;
+esac
+"""
+
+
+def fake_a100_host(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put an ``nvidia-smi`` that reports A100s first on the PATH: the GPU absent here."""
+    exe = folder / "nvidia-smi"
+    exe.write_text(FAKE_NVIDIA_SMI)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -77,8 +108,10 @@ CPU_METHODS = ("fp32", "fp16", "int8-static", "int8-dynamic", "int4-weight")
 def test_precisions_are_the_bits_of_the_methods(name: str) -> None:
     target = load_target(name)
 
-    assert target.methods == CPU_METHODS  # cpu lists them; the GPU YAMLs still list precisions
-    assert target.precisions == (32, 16, 8, 4)
+    if name == "cpu":
+        assert (target.methods, target.precisions) == (CPU_METHODS, (32, 16, 8, 4))
+    else:  # what the CUDA provider measures honestly: no int8 or int4 recipe yet
+        assert (target.methods, target.precisions) == (("fp32", "fp16"), (32, 16))
 
 
 def _yaml(**changes: object) -> dict:
@@ -242,3 +275,70 @@ def test_import_does_not_load_torch_or_onnxruntime() -> None:
     ).stdout
 
     assert out.strip() == "[]"
+
+
+def test_nvidia_smi_identities_are_parsed_line_by_line() -> None:
+    out = (
+        "0, GPU-1f2e, 580.65.06, NVIDIA H100 80GB HBM3, [N/A]\n\n"
+        "1, GPU-3c4d, 580.65.06, NVIDIA H200, Enabled\n"
+        "2, GPU-5e6f, 535.104.05, NVIDIA GeForce RTX 4090\n"  # a driver without MIG fields
+    )
+
+    assert _parse_gpu_identities(out) == [
+        {"index": "0", "uuid": "GPU-1f2e", "driver": "580.65.06", "name": "NVIDIA H100 80GB HBM3"},
+        {"index": "1", "uuid": "GPU-3c4d", "driver": "580.65.06", "name": "NVIDIA H200 MIG"},
+        {
+            "index": "2",
+            "uuid": "GPU-5e6f",
+            "driver": "535.104.05",
+            "name": "NVIDIA GeForce RTX 4090",
+        },
+    ]
+
+
+def test_the_gpu_identity_is_the_first_gpu_that_can_measure_the_target(tmp_path, monkeypatch):
+    fake_a100_host(tmp_path, monkeypatch)
+
+    assert gpu_identity(load_target("a100")) == {  # the first whole GPU: not the MIG one
+        "index": "1",
+        "uuid": "GPU-bbbb",
+        "driver": "580.65.06",
+        "name": "NVIDIA A100-SXM4-80GB",
+    }
+    assert gpu_identity(load_target("h100")) is None
+
+
+def test_the_gpu_identity_is_this_process_s_gpu_when_cuda_visible_devices_names_it(
+    tmp_path, monkeypatch
+):
+    fake_a100_host(tmp_path, monkeypatch)
+    a100 = load_target("a100")
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbbb")
+    assert gpu_identity(a100)["index"] == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")  # the RTX 4090: not an A100
+    assert gpu_identity(a100) is None
+
+
+def test_a_cuda_target_needs_its_provider_in_onnx_runtime() -> None:
+    a100 = load_target("a100")
+
+    assert runtime_refusal(a100, ["CUDAExecutionProvider", "CPUExecutionProvider"]) is None
+    assert runtime_refusal(load_target("cpu"), ["CPUExecutionProvider"]) is None
+    reason = runtime_refusal(a100, ["CPUExecutionProvider"])
+    assert reason is not None and "\n" not in reason
+    assert "CUDAExecutionProvider" in reason and "make install-gpu" in reason
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="onnxruntime-gpu is here"
+)
+def test_a_gpu_host_without_onnxruntime_gpu_is_refused_naming_the_fix(tmp_path, monkeypatch):
+    fake_a100_host(tmp_path, monkeypatch)  # the real (CPU) ONNX Runtime lacks the CUDA provider
+    a100 = load_target("a100")
+
+    assert is_present(a100, detect_gpu_names())  # the hardware, by name
+    assert not is_present(a100)  # the machine: hardware and runtime
+    with pytest.raises(TargetUnavailable, match=r"lacks .*: run `make install-gpu`") as excinfo:
+        require_present(a100)
+    assert "\n" not in str(excinfo.value)

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import os
+
+import onnxruntime as ort
+import pytest
+
 from automl.candidate import ArchConfig, Candidate, TrainConfig
+from automl.errors import TargetUnavailable
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.latency import LatencyBudget
 from automl.search.spec import Constraint, parse_spec
@@ -75,3 +81,24 @@ def test_a_trial_quantizes_with_the_method_its_candidate_names(digits, tmp_path)
     )  # fmt: skip
     outcome = run_trial(candidate, load_target("cpu"), digits, tmp_path)
     assert candidate.bits == 8 and outcome.latency["method"] == "int8-dynamic"
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="onnxruntime-gpu is here"
+)
+def test_a_gpu_trial_without_the_cuda_provider_is_refused_before_training(
+    digits, tmp_path, monkeypatch
+) -> None:
+    # An nvidia-smi that reports an A100: the hardware this CPU machine lacks. ONNX Runtime is
+    # the real CPU build, which has no CUDAExecutionProvider.
+    exe = tmp_path / "bin" / "nvidia-smi"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\necho 'NVIDIA A100-SXM4-80GB, Disabled'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    candidate = Candidate(ArchConfig("mlp", 8, 1), batch_size=1, train=TrainConfig(epochs=1))
+    workdir = tmp_path / "trial"
+
+    with pytest.raises(TargetUnavailable, match=r"CUDAExecutionProvider.*make install-gpu"):
+        run_trial(candidate, load_target("a100"), digits, workdir)
+    assert not workdir.exists()  # nothing trained, exported or timed
