@@ -1,0 +1,84 @@
+"""Running the real ``automl`` command in tests: counts read from its SQLite storage, and a
+process whose output a test can wait on."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+AUTOML = [sys.executable, "-m", "automl"]
+
+
+def count_state(storage: str, state: str) -> int:
+    """Trials in ``state``."""
+    return count(storage, "SELECT count(*) FROM trials WHERE state = ?", state)
+
+
+def count(storage: str, query: str, *args: str) -> int:
+    """A count, read-only: polling must not take write locks from the CLI under test."""
+    path = storage.removeprefix("sqlite:///")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return db.execute(query, args).fetchone()[0]
+    except sqlite3.OperationalError:  # no file or no tables yet
+        return 0
+
+
+class CliRun:
+    """A CLI process whose stdout a thread drains, so that a test can wait on what it shows.
+
+    The environment makes rich draw its live progress line into the pipe, as on a terminal.
+    """
+
+    def __init__(self, args: list[str], cwd, env: dict[str, str], **popen) -> None:
+        live = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
+        self.process = subprocess.Popen(
+            args, cwd=cwd, env={**env, **live}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, **popen,
+        )  # fmt: skip
+        self._chunks: list[bytes] = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    @property
+    def stdout(self) -> str:
+        return b"".join(self._chunks).decode(errors="replace")
+
+    def _drain(self) -> None:
+        while chunk := os.read(self.process.stdout.fileno(), 65536):
+            self._chunks.append(chunk)
+
+    def wait_for(self, text: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.stdout:
+            assert self.process.poll() is None, f"exited before showing {text!r}"
+            assert time.monotonic() < deadline, f"never showed {text!r}"
+            time.sleep(0.1)
+
+    def finish(self, timeout: float) -> tuple[str, str]:
+        self.process.wait(timeout)
+        self._reader.join()
+        return self.stdout, self.process.stderr.read()
+
+
+PACED = """name: paced
+params:
+  arch.family: {type: fixed, value: mlp}
+  arch.width: {type: int, low: 16, high: 64, step: 16}
+  arch.depth: {type: int, low: 1, high: 2}
+  batch_size: {type: categorical, choices: [1, 32]}
+  train.epochs: {type: fixed, value: %d}
+"""
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
