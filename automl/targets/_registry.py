@@ -17,8 +17,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
@@ -29,11 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from automl.errors import SpecError, TargetUnavailable
 from automl.pipeline.methods import BITS, METHODS, methods_for_bits
+from automl.targets.nvidia_smi import detect_gpu_names, parse_gpu_identities, query_gpus
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-_NVIDIA_SMI_TIMEOUT_S = 10.0
 _STORAGE_HINT = "postgresql://USER@HOST/DB"
 # A MIG slice as CUDA names it ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") or as detect_gpu_names does.
 _MIG = re.compile(r"(?:^|\s)MIG(?:\s|$)", re.IGNORECASE)
@@ -207,24 +205,6 @@ def load_target(name: str) -> Target:
     return targets[name]
 
 
-def detect_gpu_names() -> list[str]:
-    """Names of the NVIDIA GPUs on this machine, as ``nvidia-smi`` reports them.
-
-    A GPU in MIG mode is reported as its name followed by ``" MIG"`` (CUDA names its slices
-    ``"<name> MIG <profile>"``), so that :func:`device_refusal` can refuse it.
-
-    Returns:
-        One name per GPU, or an empty list when ``nvidia-smi`` is missing or fails.
-    """
-    # mig.mode.current is "[N/A]" on GPUs without MIG; drivers that lack the field fail the
-    # first query, and the second still names the GPUs.
-    for fields in ("name,mig.mode.current", "name"):
-        out = query_gpus(fields)
-        if out is not None:
-            return _parse_gpu_query(out)
-    return []
-
-
 def gpu_identity(target: Target) -> dict[str, str] | None:
     """Index, UUID, driver version and name of the GPU here that measures ``target``.
 
@@ -239,53 +219,11 @@ def gpu_identity(target: Target) -> dict[str, str] | None:
     for fields in ("name,mig.mode.current", "name"):  # as in detect_gpu_names
         out = query_gpus(f"index,uuid,driver_version,{fields}")
         if out is not None:
-            gpus = _parse_gpu_identities(out)
+            gpus = parse_gpu_identities(out)
             if visible:  # this process's GPU only (automl's workers name it by UUID)
                 gpus = [g for g in gpus if visible in (g["index"], g["uuid"])]
             return next((g for g in gpus if device_refusal(target, g["name"]) is None), None)
     return None
-
-
-def query_gpus(fields: str) -> str | None:
-    """``nvidia-smi --query-gpu=<fields>`` as CSV lines; ``None`` when it is missing or fails."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        return subprocess.run(
-            [exe, f"--query-gpu={fields}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=_NVIDIA_SMI_TIMEOUT_S,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _parse_gpu_identities(csv_text: str) -> list[dict[str, str]]:
-    """GPUs from ``--query-gpu=index,uuid,driver_version,name[,mig.mode.current]`` CSV lines.
-
-    Names are as :func:`detect_gpu_names` gives them: ``" MIG"`` marks a GPU in MIG mode.
-    """
-    gpus = []
-    for line in csv_text.splitlines():
-        fields = [f.strip() for f in line.split(",", 3)]
-        if len(fields) == 4 and all(fields):
-            values = [*fields[:3], *_parse_gpu_query(fields[3])]
-            gpus.append(dict(zip(("index", "uuid", "driver", "name"), values, strict=True)))
-    return gpus
-
-
-def _parse_gpu_query(csv_text: str) -> list[str]:
-    """GPU names from ``nvidia-smi --query-gpu=name[,mig.mode.current]`` CSV lines."""
-    names = []
-    for line in csv_text.splitlines():
-        name, _, mig_mode = line.partition(",")
-        if name.strip():
-            mig = mig_mode.strip().lower() == "enabled"
-            names.append(f"{name.strip()} MIG" if mig else name.strip())
-    return names
 
 
 def _is_mig(gpu_name: str) -> bool:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automl.targets._registry import query_gpus
+from automl.targets.nvidia_smi import query_gpus
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence

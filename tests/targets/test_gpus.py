@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from automl.targets import _registry, load_target
+from automl.targets import load_target, nvidia_smi
 from automl.targets.gpus import (
     VISIBLE,
     Gpu,
@@ -84,7 +84,7 @@ def test_list_gpus_is_empty_without_a_working_nvidia_smi(monkeypatch, tmp_path):
 
 def test_list_gpus_gives_up_on_a_hung_nvidia_smi(monkeypatch, tmp_path):
     _fake_nvidia_smi(monkeypatch, tmp_path, "exec sleep 30")
-    monkeypatch.setattr(_registry, "_NVIDIA_SMI_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(nvidia_smi, "_NVIDIA_SMI_TIMEOUT_S", 0.3)
     started = time.monotonic()
     assert list_gpus() == []
     assert time.monotonic() - started < 10

@@ -20,12 +20,11 @@ from automl.targets import (
     require_present,
 )
 from automl.targets._registry import (
-    _parse_gpu_identities,
-    _parse_gpu_query,
     _parse_target,
     gpu_identity,
     runtime_refusal,
 )
+from automl.targets.nvidia_smi import parse_gpu_identities, parse_gpu_query
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -244,7 +243,7 @@ def test_nvidia_smi_query_marks_gpus_in_mig_mode() -> None:
         "\n"
     )
 
-    assert _parse_gpu_query(out) == [
+    assert parse_gpu_query(out) == [
         "NVIDIA A100-SXM4-80GB MIG",
         "NVIDIA A100-SXM4-80GB",
         "NVIDIA GeForce RTX 4090",
@@ -284,7 +283,7 @@ def test_nvidia_smi_identities_are_parsed_line_by_line() -> None:
         "2, GPU-5e6f, 535.104.05, NVIDIA GeForce RTX 4090\n"  # a driver without MIG fields
     )
 
-    assert _parse_gpu_identities(out) == [
+    assert parse_gpu_identities(out) == [
         {"index": "0", "uuid": "GPU-1f2e", "driver": "580.65.06", "name": "NVIDIA H100 80GB HBM3"},
         {"index": "1", "uuid": "GPU-3c4d", "driver": "580.65.06", "name": "NVIDIA H200 MIG"},
         {
