@@ -172,6 +172,8 @@ class TargetOut(BaseModel):
     kind: Literal["cpu", "cuda"]
     description: str
     execution_providers: list[str]
+    backends: list[str] = Field(description="latency backends, in order of preference")
+    methods: list[str] = Field(description="quantization methods, each on its first backend")
     precisions: list[int]
     present: bool
 
@@ -183,6 +185,8 @@ class TargetOut(BaseModel):
             kind=target.kind,
             description=target.description,
             execution_providers=list(target.execution_providers),
+            backends=list(target.backends),
+            methods=list(target.methods),
             precisions=list(target.precisions),
             present=present,
         )

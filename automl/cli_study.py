@@ -80,6 +80,7 @@ def start(
     }  # fmt: skip
     try:
         from automl.fleet.local import run_here
+        from automl.search.compat import study_methods
         from automl.service.studies import create_study
         from automl.service.studies import retry_failed as forgive_failures
         from automl.targets import is_present, load_target, require_present
@@ -88,9 +89,9 @@ def start(
         store = open_cli_storage(storage) if _names_a_study(spec_file, target, overrides) else None
         specs = store and _stored_spec(store, overrides)
         specs = specs or _specs_per_target(spec_file, target, overrides)
-        runnable = [s for s in specs if is_present(load_target(s.target))]
+        runnable = [s for s in specs if is_present(load_target(s.target), methods=study_methods(s))]
         if not detach and not runnable:
-            require_present(load_target(specs[0].target))
+            require_present(load_target(specs[0].target), study_methods(specs[0]))
         store = store or open_cli_storage(storage)
         for spec in specs:
             if not detach:  # a detached study's data and weights may be on its workers only

@@ -113,6 +113,7 @@ def optimize(
         StorageUnavailable: The storage cannot be reached.
     """
     from automl.progress import choose_bar
+    from automl.search.compat import study_methods
     from automl.service import studies
     from automl.storage.factory import open_artifact_store, open_storage
     from automl.study_result import StudyResult
@@ -128,7 +129,7 @@ def optimize(
         "sampler": sampler, "seed": seed, "name": name, "model": _model(model, settings),
     }  # fmt: skip
     study_spec = _study_spec(spec, _given(overrides), store)
-    require_present(load_target(study_spec.target))
+    require_present(load_target(study_spec.target), study_methods(study_spec))
     check_study_model(study_spec)
     bar = choose_bar(progress)
     with _optuna_logs_quiet(bar != "none"):  # the bar tells the story

@@ -3,13 +3,16 @@
 Run: ``python -m bench.gpu_check --out gpu_check.json`` (about 1 to 5 minutes on an H100/H200).
 
 It records the environment (GPUs, driver, CUDA, cuDNN, TensorRT, ONNX Runtime build and
-providers), trains a small digits CNN on the CPU, and for each method and provider it runs:
-node placement counts (and whether every compute node ran on that provider), the median of
-**device-resident** runs (IO binding, inputs and outputs on the GPU, synchronised), the median of
-**end-to-end** runs (numpy in, numpy out: host-to-device and back included), and accuracy on
-the GPU against the CPU execution provider. Without the CUDA provider, the same rows run on
-the CPU provider instead (no device figures), so the recipes are still checked. Then one ``automl study start --target T
---n-trials 4`` end to end, T being the NVIDIA target this machine matches.
+providers), trains a small digits CNN on the CPU, and for each method and latency backend
+(``automl/pipeline/backends.py``, with the options trials use) it runs: node placement counts
+(and whether every compute node ran on the backend's provider), the median of
+**device-resident** runs (IO binding, inputs and outputs on the GPU, synchronised), the median
+of **end-to-end** runs (the batch copied in, the outputs copied back), accuracy on the GPU
+against the CPU execution provider, and, where an NVIDIA target matches this GPU, the trial's
+own ``measure_latency`` (a CUDA graph where ONNX Runtime captures one). Without the CUDA
+provider, the same methods run on the CPU provider instead (no device figures), so the recipes
+are still checked. Then one ``automl study start --target T --n-trials 4`` end to end, T being
+the NVIDIA target this machine matches.
 
 Each check is ``pass``, ``fail`` or ``missing`` (a package or the hardware is absent: the
 JSON says which, and how to install it). Exit status: 0 all passed, 1 a check failed, 2 none
@@ -37,20 +40,28 @@ from automl.candidate import ArchConfig, TrainConfig
 from automl.data import load_dataset
 from automl.errors import AutomlError, TrialFailed
 from automl.models import build_model
-from automl.pipeline._ort import make_session
+from automl.pipeline._ort import UNSAFE_REWRITES, make_session
+from automl.pipeline.backends import CPU, CUDA, TRT, get_backend
 from automl.pipeline.export import export_onnx
+from automl.pipeline.latency import measure_latency
 from automl.pipeline.ort_packages import installed_ort_builds, require_single_ort
 from automl.pipeline.placement import check_placement, node_placements, placement_counts
 from automl.pipeline.quantize import quantize_method
+from automl.pipeline.timers import bound_timers
 from automl.pipeline.train import train
-from automl.targets import detect_gpu_names, is_present, list_targets
+from automl.targets import detect_gpu_names, is_present, list_targets, load_target
 
-CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
-# (method, provider it must run on). fp32 on the CUDA EP runs with TF32 off: true fp32.
-PLAN = [(m, CUDA) for m in ("fp32", "fp16")] + [(m, TRT) for m in ("fp32", "fp16", "int8-trt")]
-NOT_BUILT = {"fp8-trt": "not built yet: ORT's fp8 calibration saturates the digits CNN logits"}
+# (method, backend). fp32 on the CUDA EP runs with TF32 off: true fp32. fp8 needs Hopper.
+PLAN = [
+    ("fp32", "ort-cuda"),
+    ("fp16", "ort-cuda"),
+    ("fp16", "ort-tensorrt"),
+    ("int8-trt", "ort-tensorrt"),
+    ("fp8-trt", "ort-tensorrt"),
+]
+HOPPER_ONLY = {"fp8-trt"}
 BATCHES = (1, 64)
-ACCURACY_TOLERANCE = {"fp32": 0.01, "fp16": 0.01, "int8-trt": 0.02}
+ACCURACY_TOLERANCE = {"fp32": 0.01, "fp16": 0.01, "int8-trt": 0.02, "fp8-trt": 0.03}
 INSTALL = "make install-gpu (GPU_EXTRAS=dev,gpu,tensorrt for TensorRT)"
 _TIMED_SECONDS = 0.5
 
@@ -167,57 +178,28 @@ def _p50(run_once: Any) -> float:
     return float(np.median(times))
 
 
-def _end_to_end_p50(session: Any, batch: np.ndarray) -> float:
+def _cpu_p50(session: Any, batch: np.ndarray) -> float:
     feed = {session.get_inputs()[0].name: batch}
     return _p50(lambda: session.run(None, feed))
 
 
-def _device_p50(session: Any, batch: np.ndarray) -> float:
-    """Inputs and outputs stay on GPU 0; each run is synchronised."""
-    import onnxruntime as ort
-
-    binding = session.io_binding()
-    binding.bind_ortvalue_input(
-        session.get_inputs()[0].name, ort.OrtValue.ortvalue_from_numpy(batch, "cuda", 0)
-    )
-    for output in session.get_outputs():
-        binding.bind_output(output.name, "cuda", 0)
-
-    def run_once() -> None:
-        session.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-
-    return _p50(run_once)
-
-
-def _options(method: str, provider: str, cache: Path) -> dict[str, dict[str, str]]:
-    if provider == CPU:
-        return {}
-    if provider == CUDA:
-        return {CUDA: {"use_tf32": "0"}}  # fp32 means fp32, not TF32 (the CUDA EP's default)
-    return {
-        TRT: {
-            "trt_fp16_enable": str(method == "fp16"),
-            "trt_int8_enable": str(method == "int8-trt"),
-            "trt_engine_cache_enable": "True",
-            "trt_timing_cache_enable": "True",
-            "trt_engine_cache_path": str(cache),
-        },
-        CUDA: {"use_tf32": "0"},
-    }
-
-
 def method_row(
-    report: Report, method: str, provider: str, fp32: Path, data: Any, workdir: Path
+    report: Report, method: str, backend_name: str, fp32: Path, data: Any, workdir: Path
 ) -> dict[str, Any]:
-    """Quantize by ``method``, run it on ``provider`` and on the CPU EP, and check it."""
+    """Quantize by ``method``, run it on the backend and on the CPU EP, and check it."""
+    backend = get_backend(backend_name)
+    provider = backend.provider if backend.provider in _providers() else CPU
     name = f"{method} on {provider}"
-    row: dict[str, Any] = {"method": method, "provider": provider}
+    row: dict[str, Any] = {"method": method, "backend": backend.name, "provider": provider}
     out = workdir / "quantized" / f"{method}.onnx"
     path = quantize_method(fp32, out, method, calibration=data.x_calib).path
-    row["accuracy_cpu_ep"] = _accuracy(make_session(path, [CPU], 1), data.x_test, data.y_test)
-    providers = list(dict.fromkeys([provider, CUDA, CPU] if provider == TRT else [provider, CPU]))
-    session = make_session(path, providers, 1, _options(method, provider, workdir / "trt"))
+    unsafe = UNSAFE_REWRITES.get(method, ())
+    cpu_session = make_session(path, [CPU], 1, disabled_optimizers=unsafe)
+    row["accuracy_cpu_ep"] = _accuracy(cpu_session, data.x_test, data.y_test)
+    session = cpu_session
+    if provider != CPU:
+        options = backend.provider_options(method, workdir / "tensorrt")
+        session = make_session(path, backend.providers, 1, options, unsafe)
     placements = node_placements(session)
     row["placement"] = placement_counts(placements)
     try:
@@ -235,12 +217,44 @@ def method_row(
     )
     for batch_size in BATCHES:
         batch = np.ascontiguousarray(data.x_test[np.arange(batch_size) % len(data.x_test)])
-        row[f"end_to_end_p50_ms_b{batch_size}"] = _end_to_end_p50(session, batch)
-        if provider != CPU:
-            row[f"device_p50_ms_b{batch_size}"] = _device_p50(session, batch)
+        if provider == CPU:
+            row[f"end_to_end_p50_ms_b{batch_size}"] = _cpu_p50(session, batch)
+            continue
+        timers = bound_timers(session, batch, backend.device)
+        row[f"device_p50_ms_b{batch_size}"] = _p50(timers.device_resident)
+        row[f"end_to_end_p50_ms_b{batch_size}"] = _p50(timers.end_to_end)
     if provider != CPU:
-        row["tf32"] = False if provider == CUDA else "TensorRT's default for fp32 layers"
+        row["trial_latency"] = _trial_latency(report, name, method, path, data, workdir)
     return row
+
+
+def _trial_latency(
+    report: Report, name: str, method: str, path: Path, data: Any, workdir: Path
+) -> dict[str, Any] | None:
+    """The trial's own measurement at batch 64, on the NVIDIA target this GPU is, if any."""
+    targets = [t for t in _present_nvidia() if method in load_target(t).methods]
+    if not targets:
+        report.check(f"{name}: trial latency", "missing", "no NVIDIA target matches this GPU")
+        return None
+    latency = measure_latency(
+        path, load_target(targets[0]), data.x_test, 64, method=method,
+        cache_dir=workdir / "tensorrt",
+    )  # fmt: skip
+    keys = ("p50_ms", "end_to_end_p50_ms", "timing", "backend", "runs", "converged")
+    record = {k: getattr(latency, k) for k in keys}
+    record["cuda_graph_refused"] = latency.env.get("cuda_graph_refused")
+    report.check(f"{name}: trial latency", "pass", json.dumps(record))
+    return record
+
+
+def _providers() -> list[str]:
+    import onnxruntime as ort
+
+    return ort.get_available_providers()
+
+
+def _present_nvidia() -> list[str]:
+    return [t.name for t in list_targets() if t.kind == "cuda" and is_present(t)]
 
 
 def run_study(report: Report, target: str | None, workdir: Path) -> None:
@@ -249,7 +263,8 @@ def run_study(report: Report, target: str | None, workdir: Path) -> None:
         report.check("study end to end", "missing", "no NVIDIA target matches this machine")
         return
     command = [sys.executable, "-m", "automl", "study", "start", "--target", target]
-    command += ["--n-trials", "4"]
+    space = "digits-trt" if TRT in _providers() else "digits-gpu"
+    command += ["--n-trials", "4", "--space", space]
     command += ["--name", "gpu-check", "--storage", f"sqlite:///{workdir}/study.db"]
     env = {**os.environ, "AUTOML_ARTIFACTS_DIR": str(workdir / "artifacts")}
     start = time.perf_counter()
@@ -281,23 +296,23 @@ def main(argv: list[str] | None = None) -> int:
         try:
             env = environment(report)
             fp32, data = prepare_model(workdir)
-            plan = list(PLAN)
-            if CUDA not in env["ort_providers"]:  # still run the recipes, on the CPU EP
-                plan += [(method, CPU) for method in dict(PLAN)]
-            for method, provider in plan:
-                if provider not in env["ort_providers"]:
+            hopper = any("H100" in g or "H200" in g for g in env["gpu_names"])
+            for method, backend in PLAN:
+                provider = get_backend(backend).provider
+                if method in HOPPER_ONLY and not hopper and CUDA in env["ort_providers"]:
+                    report.check(f"{method} on {provider}", "missing", "needs an H100 or H200")
+                    continue
+                if provider not in env["ort_providers"] and CUDA in env["ort_providers"]:
                     report.check(f"{method} on {provider}", "missing", f"install: {INSTALL}")
                     continue
                 try:
                     report.data["methods"].append(
-                        method_row(report, method, provider, fp32, data, workdir)
+                        method_row(report, method, backend, fp32, data, workdir)
                     )
                 except Exception as e:  # one method's failure must not hide the others'
                     report.check(f"{method} on {provider}", "fail", f"{type(e).__name__}: {e}")
-            for method, why in NOT_BUILT.items():
-                report.check(method, "missing", why)
             if not args.no_study:
-                nvidia = [t for t in env["targets_present"] if t != "cpu"]
+                nvidia = _present_nvidia()
                 run_study(report, nvidia[0] if nvidia else None, workdir)
         except Exception as e:  # a broken environment is a result too: record it, write the JSON
             report.check("gpu_check", "fail", f"{type(e).__name__}: {e}")

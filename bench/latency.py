@@ -28,6 +28,7 @@ from automl.candidate import ArchConfig, TrainConfig
 from automl.data import load_dataset
 from automl.models import build_model
 from automl.pipeline.export import export_onnx
+from automl.pipeline.methods import method_for
 from automl.pipeline.quantize import quantize
 from automl.pipeline.train import train
 from automl.targets import load_target
@@ -94,9 +95,11 @@ def main() -> None:
         converged: dict[str, list[bool]] = {name: [] for name in CANDIDATES}
         for name in order:
             timings = {"evaluate": 0.0, "latency": 0.0}
+            _, bits, int8_mode, batch = CANDIDATES[name]
             _, latency = evaluate_and_measure(
-                paths[name], target, data, CANDIDATES[name][3], timings=timings
-            )
+                paths[name], target, data, batch, timings=timings,
+                method=method_for(bits, int8_mode).name,
+            )  # fmt: skip
             costs[name].append(timings["latency"])
             medians[name].append(latency.p50_ms)
             means[name].append(latency.mean_ms)

@@ -87,7 +87,8 @@ def test_absent_target_is_refused_before_training(cli, tmp_path):
 
 def test_detach_creates_a_queued_study_for_remote_workers(cli):
     refused = cli("study", "start", "--target", "a100", "--name", "remote", "--detach", check=False)
-    assert refused.returncode == 2 and "bits [8]" in refused.stderr  # the default space's int8
+    # The default space's 8 bits are int8-static or int8-dynamic, CPU recipes.
+    assert refused.returncode == 2 and "'int8-static']" in refused.stderr
     assert "digits-gpu" in refused.stderr
     out = cli(
         "study", "start", "--target", "a100", "--space", "digits-gpu", "--name", "remote",
@@ -96,6 +97,8 @@ def test_detach_creates_a_queued_study_for_remote_workers(cli):
     assert "automl worker --target a100" in out.stdout
     info = json.loads(cli("study", "show", "remote", "--json").stdout)
     assert info["state"] == "queued" and info["counts"]["COMPLETE"] == 0
+    trt = ("--space", "digits-trt", "--name", "remote-trt", "--detach")
+    assert "automl worker --target a100" in cli("study", "start", "--target", "a100", *trt).stdout
 
 
 def test_an_npz_dataset_anywhere_is_used_and_a_malformed_one_refused_up_front(cli, tmp_path):

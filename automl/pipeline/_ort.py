@@ -27,9 +27,12 @@ ORT_DTYPES = {
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
 }
-# Options every session gets unless its caller says otherwise. The CUDA EP and cuDNN run fp32
-# convolutions and matmuls in TF32 by default; with it off, an "fp32" latency is fp32's.
-DEFAULT_PROVIDER_OPTIONS = MappingProxyType({"CUDAExecutionProvider": {"use_tf32": "0"}})
+
+
+# CPU EP rewrites that are wrong for a method's graphs. ReluQuantRewrite drops a Relu before a
+# QuantizeLinear whose zero point is the type's lowest value; in float8 E4M3 zero is not, and a
+# digits CNN falls to 10% accuracy.
+UNSAFE_REWRITES = MappingProxyType({"fp8-trt": ("ReluQuantRewrite",)})
 
 
 def make_session(
@@ -37,6 +40,7 @@ def make_session(
     providers: Sequence[str],
     intra_op_threads: int,
     provider_options: Mapping[str, Mapping[str, str]] | None = None,
+    disabled_optimizers: Sequence[str] = (),
 ) -> ort.InferenceSession:
     """Open an ORT session on the first available of ``providers`` with pinned threads.
 
@@ -50,8 +54,9 @@ def make_session(
         model_path: The ONNX file.
         providers: Execution providers in order of preference.
         intra_op_threads: Intra-op thread count (0 lets ORT choose).
-        provider_options: Options per provider name, over
-            :data:`DEFAULT_PROVIDER_OPTIONS` (see :func:`provider_options_for`).
+        provider_options: Options per provider name (a backend's: see
+            :meth:`automl.pipeline.backends.Backend.provider_options`).
+        disabled_optimizers: Graph rewrites to leave out (see :data:`UNSAFE_REWRITES`).
 
     Returns:
         The session. ``get_providers()`` lists the providers it registered; where its nodes
@@ -66,28 +71,13 @@ def make_session(
     options.add_session_config_entry(RECORD_PLACEMENT, "1")
     available = set(ort.get_available_providers())
     chosen = [p for p in providers if p in available] or ["CPUExecutionProvider"]
-    options_of = provider_options_for(chosen, provider_options)
+    options_of = [dict((provider_options or {}).get(p, {})) for p in chosen]
     session = ort.InferenceSession(
-        str(model_path), sess_options=options, providers=chosen, provider_options=options_of
-    )
+        str(model_path), sess_options=options, providers=chosen, provider_options=options_of,
+        disabled_optimizers=list(disabled_optimizers),
+    )  # fmt: skip
     session.disable_fallback()
     return session
-
-
-def provider_options_for(
-    providers: Sequence[str], provider_options: Mapping[str, Mapping[str, str]] | None = None
-) -> list[dict[str, str]]:
-    """The options of each of ``providers``: :data:`DEFAULT_PROVIDER_OPTIONS`, then the caller's.
-
-    Args:
-        providers: The providers a session registers, in order.
-        provider_options: The caller's options per provider name; they win over the defaults.
-
-    Returns:
-        One dict of options per provider, in the order of ``providers``.
-    """
-    own = provider_options or {}
-    return [{**DEFAULT_PROVIDER_OPTIONS.get(p, {}), **own.get(p, {})} for p in providers]
 
 
 def open_session(

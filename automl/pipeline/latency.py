@@ -6,35 +6,34 @@ checked every ``_CHUNK_RUNS`` runs once ``min_runs`` are in, and before that aft
 once the runs have taken ``min_seconds`` (at least ``_FEWEST_RUNS`` of them): a slow model then
 stops as soon as its runs agree, instead of taking ``min_runs`` of them. Warm-up stops after ``warmup_runs``
 runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs. Inputs are real
-test samples at the candidate's batch size. ONNX Runtime runs on the target's first execution
-provider with its pinned intra-op threads, and nowhere else: a CUDA target whose ONNX Runtime
-lacks the CUDA provider is refused (``make install-gpu``), never timed by another runtime. The
-CUDA provider runs with TF32 off (see :data:`automl.pipeline._ort.DEFAULT_PROVIDER_OPTIONS`), so
-that fp32 is fp32, and the environment records it.
+test samples at the candidate's batch size.
+
+ONNX Runtime runs the graph on the backend of its method (see :mod:`automl.pipeline.backends`)
+with the target's pinned intra-op threads, and nowhere else: a CUDA target whose ONNX Runtime
+lacks the backend's provider is refused (``make install-gpu``), never timed by another runtime.
+A GPU backend's percentiles are device-resident runs, and ``end_to_end_p50_ms`` adds the
+copies to the GPU and back (see :mod:`automl.pipeline.timers`). The CUDA provider runs with
+TF32 off, so that fp32 is fp32, and the environment records it.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnxruntime as ort
 
-from automl.errors import SpecError, TargetUnavailable
-from automl.pipeline._ort import feed, input_dtype, input_name, open_session
+from automl.errors import SpecError
 from automl.pipeline.latency_decision import quantile_interval
-from automl.pipeline.placement import check_placement, node_placements
-from automl.targets import require_present
-from automl.targets._registry import gpu_identity
+from automl.pipeline.timers import open_runner
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
+
+    import onnxruntime as ort
 
     from automl.targets import Target
 
@@ -43,6 +42,7 @@ _FEWEST_RUNS = 10  # below it, the median's interval spans every run
 _WARMUP_SECONDS = 0.2
 _FEWEST_OVER_BUDGET = 3  # timed runs a candidate over budget still gets, for its median
 _OVER_BUDGET_ERROR = 0.025  # chance that a candidate stopped over budget was within it
+_END_TO_END_RUNS = 25  # the second figure of a GPU backend: a median, not a search
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,11 @@ class Latency(LatencyStats):
             :class:`LatencyBudget`): the candidate is infeasible, and its times are few.
         source: The runtime that timed it: ``"onnxruntime"``.
         provider: The execution provider that really ran the model.
+        backend: The latency backend (see :mod:`automl.pipeline.backends`).
+        timing: ``"host"`` (numpy in and out), ``"device-resident"`` or ``"device-resident,
+            cuda-graph"`` (see :mod:`automl.pipeline.timers`): what the percentiles time.
+        end_to_end_p50_ms: Median of runs with the copies to the device and back: the p50
+            itself where the timing is ``"host"``.
         env: Environment fingerprint (see :func:`env_fingerprint`).
     """
 
@@ -80,6 +85,9 @@ class Latency(LatencyStats):
     over_budget: bool
     source: str
     provider: str
+    backend: str
+    timing: str
+    end_to_end_p50_ms: float
     env: dict[str, Any] = field(hash=False)
 
     def as_dict(self) -> dict[str, Any]:
@@ -158,58 +166,14 @@ def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
     )
 
 
-def env_fingerprint(
-    provider: str,
-    threads: int,
-    target: Target,
-    placement: Mapping[str, int] | None = None,
-    provider_options: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Describe where a measurement ran.
-
-    Args:
-        provider: The execution provider that ran the model.
-        threads: Intra-op threads used.
-        target: The target measured.
-        placement: Nodes per execution provider of the timed session (see
-            :func:`automl.pipeline.placement.check_placement`).
-        provider_options: The options ``provider`` ran with, as the session reports them.
-
-    Returns:
-        ORT version, provider, threads, CPU model, logical cores, Python version, platform,
-        target name and, when given, ``placement``. A cuda target adds its GPU's name, index,
-        UUID and driver version (see :func:`automl.targets._registry.gpu_identity`; ``None``
-        where ``nvidia-smi`` cannot tell) and ``tf32``: whether fp32 ran as TF32 (``None``
-        when the options do not say).
-    """
-    env: dict[str, Any] = {
-        "target": target.name,
-        "onnxruntime": ort.__version__,
-        "provider": provider,
-        "intra_op_threads": threads,
-        "cpu_model": _cpu_model(),
-        "logical_cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-    if target.kind == "cuda":
-        gpu = gpu_identity(target) or {}
-        env["gpu"] = gpu.get("name")
-        env |= {f"gpu_{key}": gpu.get(key) for key in ("index", "uuid")}
-        env["driver"] = gpu.get("driver")
-        use_tf32 = (provider_options or {}).get("use_tf32")
-        env["tf32"] = None if use_tf32 is None else use_tf32 != "0"
-    if placement is not None:
-        env["placement"] = dict(placement)
-    return env
-
-
 def measure_latency(
     model: Path | str | ort.InferenceSession,
     target: Target,
     inputs: np.ndarray,
     batch_size: int,
     *,
+    method: str = "fp32",
+    cache_dir: Path | None = None,
     warmup_runs: int = 10,
     min_runs: int = 50,
     max_runs: int = 5000,
@@ -221,12 +185,15 @@ def measure_latency(
     """Measure the latency of one model at one batch size on the target's hardware.
 
     Args:
-        model: The ONNX file, or a session of it on ``target``'s providers and threads (one
-            that has just run at ``batch_size`` needs fewer ``warmup_runs``).
+        model: The ONNX file, or a session of it opened by :func:`automl.pipeline.timers.backend_session` (one that
+            has just run at ``batch_size`` needs fewer ``warmup_runs``). A GPU backend given
+            a file times it as a CUDA graph where ONNX Runtime can capture one.
         target: Where to measure; its hardware must be on this machine.
         inputs: Real test samples ``(N, *input_shape)``, floats or token ids as the model
             takes them; rows are repeated when ``N < batch_size``.
         batch_size: Samples per run.
+        method: The graph's quantization method; it picks the target's backend.
+        cache_dir: Where TensorRT keeps its engines (see :meth:`automl.pipeline.backends.Backend.provider_options`).
         warmup_runs: Untimed runs first.
         min_runs: Timed runs before convergence is checked.
         max_runs: Cap on timed runs.
@@ -242,45 +209,53 @@ def measure_latency(
 
     Raises:
         TargetUnavailable: The hardware is absent, or ONNX Runtime here cannot use it.
-        TrialFailed: Compute nodes run on a provider other than the target's (see
+        TrialFailed: Compute nodes run on a provider other than the backend's (see
             :func:`automl.pipeline.placement.check_placement`).
-        SpecError: ``batch_size``, ``inputs`` or the run limits are unusable.
+        SpecError: ``batch_size``, ``inputs``, ``method`` or the run limits are unusable.
     """
-    require_present(target)
-    if batch_size < 1 or len(inputs) == 0 or not 1 <= min_runs <= max_runs:
-        raise SpecError(
-            f"need batch_size >= 1, some inputs and 1 <= min_runs <= max_runs; got "
-            f"batch_size={batch_size}, {len(inputs)} inputs, min_runs={min_runs}, "
-            f"max_runs={max_runs}"
-        )
-    session, env = _session_on(model, target)
-    run_once = _ort_runner(session, _batch(inputs, batch_size, input_dtype(session)))
-    _warm_up(run_once, warmup_runs)
+    if not 1 <= min_runs <= max_runs:
+        raise SpecError(f"need 1 <= min_runs <= max_runs; got {min_runs}, {max_runs}")
+    timer = open_runner(model, target, inputs, batch_size, method, cache_dir)
+    _warm_up(timer.run_once, warmup_runs)
     limits = _Limits(min_runs, max_runs, min_seconds, max_seconds, rel_ci, tuple(budgets))
-    samples, stop = _timed_runs(run_once, batch_size, limits)
+    samples, stop = _timed_runs(timer.run_once, batch_size, limits)
+    stats = latency_stats(samples, batch_size)
+    end_to_end = stats.p50_ms
+    if timer.end_to_end is not None:
+        end_to_end = float(np.median([timer.end_to_end() for _ in range(_END_TO_END_RUNS)]))
     return Latency(
-        **asdict(latency_stats(samples, batch_size)),
+        **asdict(stats),
         converged=stop == "converged",
         over_budget=stop == "over_budget",
         source="onnxruntime",
-        provider=env["provider"],
-        env=env,
+        provider=timer.env["provider"],
+        backend=timer.env["backend"],
+        timing=timer.env["timing"],
+        end_to_end_p50_ms=end_to_end,
+        env=timer.env,
     )
 
 
 def ort_run_timer(
-    model: Path | str, target: Target, inputs: np.ndarray, batch_size: int, *, warmup_runs: int = 10
+    model: Path | str,
+    target: Target,
+    inputs: np.ndarray,
+    batch_size: int,
+    *,
+    method: str = "fp32",
+    warmup_runs: int = 10,
 ) -> tuple[Callable[[], float], dict[str, Any]]:
     """A warmed-up ONNX Runtime session on the target, as a function that times one run.
 
     For callers with their own stopping rule (re-measuring to decide a budget); the latency
-    stage itself is :func:`measure_latency`.
+    stage itself is :func:`measure_latency`, and the timing is the same.
 
     Args:
         model: The ONNX file.
         target: Where to measure; its hardware must be on this machine.
         inputs: Real test samples, as for :func:`measure_latency`.
         batch_size: Samples per run.
+        method: The graph's quantization method; it picks the target's backend.
         warmup_runs: Untimed runs first.
 
     Returns:
@@ -288,41 +263,12 @@ def ort_run_timer(
 
     Raises:
         TargetUnavailable: The hardware is absent, or ONNX Runtime here cannot use it.
-        TrialFailed: Compute nodes run on a provider other than the target's.
-        SpecError: ``batch_size`` or ``inputs`` are unusable.
+        TrialFailed: Compute nodes run on a provider other than the backend's.
+        SpecError: ``batch_size``, ``inputs`` or ``method`` are unusable.
     """
-    require_present(target)
-    if batch_size < 1 or len(inputs) == 0:
-        raise SpecError(f"need batch_size >= 1 and some inputs; got {batch_size}, {len(inputs)}")
-    session, env = _session_on(model, target)
-    run_once = _ort_runner(session, _batch(inputs, batch_size, input_dtype(session)))
-    _warm_up(run_once, warmup_runs)
-    return run_once, env
-
-
-def _session_on(
-    model: Path | str | ort.InferenceSession, target: Target
-) -> tuple[ort.InferenceSession, dict[str, Any]]:
-    """A session of ``model`` on the target's provider, its placement checked, and its env.
-
-    Raises:
-        TargetUnavailable: The session does not run on the target's first provider (ONNX
-            Runtime could not start it, or a session passed in was opened elsewhere).
-        TrialFailed: Compute nodes run on a provider other than the target's.
-    """
-    session = open_session(model, target.execution_providers, target.intra_op_threads)
-    provider, wanted = session.get_providers()[0], target.execution_providers[0]
-    if provider != wanted:
-        cuda = target.kind == "cuda"
-        hint = " (can it load the CUDA and cuDNN of `make install-gpu`?)" if cuda else ""
-        raise TargetUnavailable(
-            f"target {target.name!r} needs ONNX Runtime's {wanted}, but this session runs the "
-            f"model on {provider}{hint}. Latency is never measured on another provider instead."
-        )
-    placement = check_placement(node_placements(session), wanted)
-    options = session.get_provider_options().get(wanted)
-    env = env_fingerprint(provider, target.intra_op_threads, target, placement, options)
-    return session, env
+    timer = open_runner(model, target, inputs, batch_size, method, None)
+    _warm_up(timer.run_once, warmup_runs)
+    return timer.run_once, timer.env
 
 
 @dataclass(frozen=True)
@@ -363,29 +309,3 @@ def _timed_runs(
         if elapsed > limits.max_seconds:
             break
     return samples, "cap"
-
-
-def _ort_runner(session: ort.InferenceSession, batch: np.ndarray) -> Callable[[], float]:
-    feed = {input_name(session): batch}
-
-    def run_once() -> float:
-        t0 = time.perf_counter_ns()
-        session.run(None, feed)
-        return (time.perf_counter_ns() - t0) / 1e6
-
-    return run_once
-
-
-def _batch(inputs: np.ndarray, batch_size: int, dtype: type) -> np.ndarray:
-    return feed(inputs[np.arange(batch_size) % len(inputs)], dtype)
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"

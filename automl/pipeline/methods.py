@@ -8,9 +8,11 @@
 | ``int8-dynamic`` | 8    | no         | int8 weights, activations quantized at run time      |
 | ``int4-weight``  | 4    | no         | weight-only ``MatMulNBits`` on MatMul/Gemm; Conv fp32 |
 | ``int8-trt``     | 8    | yes        | QDQ, signed symmetric int8 (zero points 0), float bias |
+| ``fp8-trt``      | 8    | yes        | QDQ, float8 E4M3 (zero points 0), float bias          |
 
 ``int8-static`` and ``int8-dynamic`` are CPU recipes (U8S8 is the CPU EP's fast path; the CUDA
-EP has no ``ConvInteger``). ``int8-trt`` is the recipe of TensorRT's explicit quantization.
+EP has no ``ConvInteger``). ``int8-trt`` and ``fp8-trt`` are recipes of TensorRT's explicit
+quantization; TensorRT runs FP8 on compute capability 8.9 and later (Ada, Hopper: H100, H200).
 
 Targets list the methods they run by name (``methods:`` in their YAML), and the stage cache
 keys a quantized graph by its method's ``cache_tag``, which changes whenever the recipe does.
@@ -61,6 +63,7 @@ _ROWS = (
     Method("int8-dynamic", 8, False, "to_int8_dynamic", "dynamic-s8"),
     Method("int4-weight", 4, False, "to_int4", "matmulnbits-s4-block32or16"),
     Method("int8-trt", 8, True, "to_int8_trt", "qdq-s8s8-symmetric-per-channel-float-bias"),
+    Method("fp8-trt", 8, True, "to_fp8_trt", "qdq-e4m3-per-channel-distribution-float-bias"),
 )
 METHODS = MappingProxyType({m.name: m for m in _ROWS})
 BITS = tuple(sorted({m.bits for m in _ROWS}, reverse=True))

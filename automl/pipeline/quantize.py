@@ -1,7 +1,8 @@
 """Quantize stage: an fp32 ONNX model in, the same model made by a named method out.
 
 The methods (``fp32``, ``fp16``, ``int8-static``, ``int8-dynamic``, ``int4-weight``,
-``int8-trt``) are the rows of :mod:`automl.pipeline.methods`; each names its converter here.
+``int8-trt``, ``fp8-trt``) are the rows of :mod:`automl.pipeline.methods`; each names its
+converter here.
 :func:`quantize_method` takes a method's name; :func:`quantize` keeps the old form, a bit-width
 and an ``int8_mode``.
 
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import tempfile
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,19 +31,18 @@ from onnx import helper, numpy_helper
 
 from automl.errors import SpecError, UnsupportedQuantization
 from automl.pipeline._ort import feed
-from automl.pipeline.methods import BITS, METHODS, get_method, method_for
-from automl.pipeline.methods import INT8_MODES as INT8_MODES
+from automl.pipeline.methods import BITS, get_method, method_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 SUPPORTED_BITS = BITS
-# Part of the stage cache key, so graphs made another way are not reused.
-STATIC_INT8_RECIPE = METHODS["int8-static"].cache_tag
 
 # MatMulNBits blocks are powers of two of at least 16; a weight needs K >= 16 to fill one.
 _MIN_NBITS_K = 16
 _CALIBRATION_BATCH = 128
+# quantize_static's warnings about what a recipe intends (see _quiet_expected_warnings).
+_EXPECTED_WARNINGS = ("is out-of-range for weight", "does not support quantization to float 8")
 
 
 @dataclass(frozen=True)
@@ -203,22 +204,43 @@ def _to_int8_trt(src: Path, dst: Path, calibration: np.ndarray) -> None:
     )
 
 
+def _to_fp8_trt(src: Path, dst: Path, calibration: np.ndarray) -> None:
+    # TensorRT's FP8 explicit quantization (Hopper): E4M3 weights and activations, zero points 0,
+    # float bias; ORT calibrates float8 only by Distribution (scale = std / std of E4M3). Without
+    # ActivationSymmetric, ORT drops each Relu before a Q as if 0 were the type's minimum, which
+    # it is not in E4M3. (The CPU EP's ReluQuantRewrite does the same at load: disable it there.)
+    _to_qdq(
+        src,
+        dst,
+        calibration,
+        activations="QFLOAT8E4M3FN",
+        weights="QFLOAT8E4M3FN",
+        calibrate="Distribution",
+        extra={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+    )
+
+
 def _to_qdq(
     src: Path,
     dst: Path,
     calibration: np.ndarray,
     *,
     activations: str,
+    weights: str = "QInt8",
+    calibrate: str = "MinMax",
     reduce_range: bool = False,
     extra: dict[str, bool] | None = None,
 ) -> None:
-    """Static QDQ quantization with per-channel int8 weights, calibrated on ``calibration``."""
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    """Static QDQ quantization with per-channel weights, calibrated on ``calibration``.
+
+    ``activations`` and ``weights`` name a ``QuantType``, ``calibrate`` a ``CalibrationMethod``.
+    """
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     with tempfile.TemporaryDirectory() as tmp:
         pre = _pre_process(src, Path(tmp) / "pre.onnx")
         reader = _ArrayReader(_input_name(onnx.load(pre)), calibration)
-        with _tool_failure("onnxruntime quantize_static"), _quiet_per_tensor_fallback():
+        with _tool_failure("onnxruntime quantize_static"), _quiet_expected_warnings():
             quantize_static(
                 pre,
                 dst,
@@ -226,27 +248,31 @@ def _to_qdq(
                 quant_format=QuantFormat.QDQ,
                 per_channel=True,
                 reduce_range=reduce_range,
-                weight_type=QuantType.QInt8,
+                weight_type=getattr(QuantType, weights),
                 activation_type=getattr(QuantType, activations),
+                calibrate_method=getattr(CalibrationMethod, calibrate),
                 extra_options=extra or {},
             )
 
 
 @contextmanager
-def _quiet_per_tensor_fallback() -> Iterator[None]:
-    """Drop the root-logger warning that a 1-D weight (a LayerNorm's scale) is per-tensor.
+def _quiet_expected_warnings() -> Iterator[None]:
+    """Drop two root-logger warnings of ``quantize_static`` about what is intended.
 
-    Per-channel QDQ has no channel axis for such weights, so ORT quantizes them per tensor,
-    as intended, and warns once per layer.
+    Per-channel QDQ has no channel axis for a 1-D weight (a LayerNorm's scale), so ORT quantizes
+    it per tensor and warns once per layer; float8 needs opset 19, so ORT raises the opset and
+    warns. The Distribution calibrator's progress lines go to stderr, off the CLI's stdout.
     """
 
     def keep(record: logging.LogRecord) -> bool:
-        return "is out-of-range for weight" not in record.getMessage()
+        message = record.getMessage()
+        return not any(w in message for w in _EXPECTED_WARNINGS)
 
     root = logging.getLogger()
     root.addFilter(keep)
     try:
-        yield
+        with redirect_stdout(sys.stderr):
+            yield
     finally:
         root.removeFilter(keep)
 
@@ -368,4 +394,5 @@ _CONVERTERS: dict[str, Callable[[Path, Path, np.ndarray | None], None]] = {
     "to_int8_dynamic": lambda src, dst, _: _to_int8_dynamic(src, dst),
     "to_int4": lambda src, dst, _: _to_int4(src, dst),
     "to_int8_trt": _to_int8_trt,
+    "to_fp8_trt": _to_fp8_trt,
 }

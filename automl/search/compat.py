@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from automl.candidate import CONV_FAMILIES, FAMILIES, OUTPUT_LAYER
 from automl.errors import SpecError
-from automl.search.space import candidate_from_values, param_values
+from automl.pipeline.methods import method_for
+from automl.search.space import candidate_from_values, load_space, param_values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from automl.candidate import ArchConfig
     from automl.data import Dataset
     from automl.search.space import SearchSpace
+    from automl.search.spec import StudySpec
     from automl.targets import Target
 
 # The user-written families that passed their dry run here: (family, arch, data fingerprint).
@@ -44,7 +46,7 @@ def check_compatible(space: SearchSpace, data: Dataset, target: Target) -> None:
             fails to build, prune or export, transformer widths do not divide into heads, or
             the space suggests a method the target does not run.
     """
-    space.check_target(target)
+    check_target(space, target)
     for family in families(space):
         if family in FAMILIES:
             problem = input_problem(family, data)
@@ -54,6 +56,56 @@ def check_compatible(space: SearchSpace, data: Dataset, target: Target) -> None:
             _dry_run(_user_arch(space, family), space, data)
     if "transformer" in families(space):
         _check_heads(space)
+
+
+def check_target(space: SearchSpace, target: Target) -> None:
+    """Raise ``SpecError`` when the space can suggest a method the target cannot run.
+
+    The ``bits`` knob names methods too: 8 bits is ``int8-static`` (or ``int8-dynamic``, by
+    ``int8_mode``), which NVIDIA targets do not run; their 8-bit methods are named.
+    """
+    unsupported = sorted(space.bit_choices() - set(target.precisions))
+    fits = " (the shipped space digits-gpu fits it)" if target.kind == "cuda" else ""
+    if unsupported:
+        raise SpecError(
+            f"search space {space.name!r} suggests bits {unsupported}, which target "
+            f"{target.name!r} cannot run; it supports {sorted(target.precisions)}{fits}"
+        )
+    by_bits = sorted(_bit_methods(space) - set(target.methods))
+    if by_bits:
+        raise SpecError(
+            f"search space {space.name!r} suggests bits that mean methods {by_bits}, which "
+            f"target {target.name!r} cannot run; it runs {list(target.methods)}: name them "
+            f"with the method knob instead of bits{fits}"
+        )
+    named = sorted(space.method_choices() - set(target.methods))
+    if named:
+        raise SpecError(
+            f"search space {space.name!r} names methods {named}, which target "
+            f"{target.name!r} cannot run; it runs {list(target.methods)}"
+        )
+
+
+def space_methods(space: SearchSpace) -> set[str]:
+    """Every quantization method the space can suggest, named or given by ``bits``."""
+    return space.method_choices() | _bit_methods(space)
+
+
+def study_methods(spec: StudySpec) -> list[str]:
+    """The methods a study's space can suggest, sorted: their runtimes must be where it runs."""
+    return sorted(space_methods(load_space(spec.search_space)))
+
+
+def _bit_methods(space: SearchSpace) -> set[str]:
+    """The methods of the ``bits`` knob (with ``int8_mode``), where the space names none."""
+    if space.method_choices():
+        return set()
+    modes = {str(mode) for mode in space.values_of("int8_mode")} or {"static"}
+    return {
+        method_for(bits, mode).name
+        for bits in space.bit_choices()
+        for mode in (modes if bits == 8 else {"static"})
+    }
 
 
 def families(space: SearchSpace) -> list[str]:

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
     import optuna
 
-    from automl.targets import Target
 
 # The shipped spaces: the top-level search_spaces/ folder, packaged as automl.search_spaces.
 SEARCH_SPACES_DIR = resources.files("automl.search_spaces")
@@ -200,22 +199,6 @@ class SearchSpace(BaseModel):
             if (param.sets or name) == "method"
             for value in param_values(param)
         }
-
-    def check_target(self, target: Target) -> None:
-        """Raise ``SpecError`` when the space can suggest a method the target cannot run."""
-        unsupported = sorted(self.bit_choices() - set(target.precisions))
-        if unsupported:
-            raise SpecError(
-                f"search space {self.name!r} suggests bits {unsupported}, which target "
-                f"{target.name!r} cannot run; it supports {sorted(target.precisions)}"
-                + (" (the shipped space digits-gpu fits it)" if target.kind == "cuda" else "")
-            )
-        methods = sorted(self.method_choices() - set(target.methods))
-        if methods:
-            raise SpecError(
-                f"search space {self.name!r} names methods {methods}, which target "
-                f"{target.name!r} cannot run; it runs {list(target.methods)}"
-            )
 
     def model_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """The trial ``params`` that decide the weights: all but the deployment knobs."""

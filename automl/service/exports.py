@@ -49,7 +49,8 @@ def export_model(
     environment fingerprint, and what a deployment needs: ``class_names`` (one per logit),
     ``raw_input`` (dtype and train range of the raw inputs), ``preprocessing`` (its formula,
     mean and std), ``input``, ``output`` (raw logits, no softmax), ``measured_with`` (provider,
-    threads and batch size of the recorded accuracies and latency) and the ``sha256`` of the
+    latency backend and its timing, threads and batch size of the recorded accuracies and
+    latency) and the ``sha256`` of the
     written model file. The fields in :data:`METADATA_FIELDS` are also the model's
     ``metadata_props``, JSON-encoded under ``automl.<field>``; the file's own hash cannot be
     among them, so it is in the sidecar only.
@@ -126,6 +127,8 @@ def _deployment(trial: FrozenTrial, spec: StudySpec, graph: GraphProto) -> dict:
         },
         "measured_with": {
             "provider": env.get("provider"),
+            "backend": env.get("backend"),
+            "timing": env.get("timing"),
             "intra_op_threads": env.get("intra_op_threads"),
             "batch_size": candidate.get("batch_size"),
             "onnxruntime": env.get("onnxruntime"),

@@ -15,7 +15,7 @@ from automl.data import BUILTIN_DATASETS, check_source_form, load_dataset
 from automl.errors import AutomlError, DataError, SpecError
 from automl.records import BASELINE, FAIL_REASON, SPEC_ATTR, TRIAL_STATES
 from automl.search.baseline import baseline_params
-from automl.search.compat import check_compatible
+from automl.search.compat import check_compatible, check_target
 from automl.search.space import load_space
 from automl.search.spec import StudySpec, parse_spec
 from automl.storage.capabilities import count_states as count_trial_states
@@ -89,7 +89,7 @@ def create_study(
     """
     target = load_target(spec.target)
     space = load_space(spec.search_space)
-    space.check_target(target)
+    check_target(space, target)
     baseline = _baseline_params(spec, space)
     check_source_form(spec.dataset)
     fingerprint = None

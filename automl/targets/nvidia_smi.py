@@ -6,10 +6,19 @@ Nothing here imports torch or onnxruntime, nor knows about targets; a GPU in MIG
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
 _NVIDIA_SMI_TIMEOUT_S = 10.0
+
+# A MIG slice as CUDA names it ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") or as detect_gpu_names does.
+MIG = re.compile(r"(?:^|\s)MIG(?:\s|$)", re.IGNORECASE)
+
+
+def is_mig(gpu_name: str) -> bool:
+    """Whether ``gpu_name`` names a MIG slice rather than a whole GPU."""
+    return MIG.search(gpu_name) is not None
 
 
 def detect_gpu_names() -> list[str]:

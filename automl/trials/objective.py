@@ -16,10 +16,10 @@ from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.errors import Aborted, DataError
 from automl.records import ARTIFACT_ID, FAIL_REASON, OVER_BUDGET, WORKER, constraint_attrs
 from automl.search.baseline import baseline_batch
-from automl.search.compat import check_compatible
+from automl.search.compat import check_compatible, space_methods
 from automl.search.space import load_space
 from automl.storage.capabilities import count_taken, set_trial_attrs
-from automl.targets import load_target
+from automl.targets import load_target, require_present
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -76,6 +76,8 @@ class StudyObjective:
             SpecError: The space or target cannot be loaded, the space's families cannot take
                 the data, or the trained model cannot be loaded and exported.
             DataError: The dataset cannot be loaded.
+            TargetUnavailable: This machine cannot measure a method of the space on the
+                target (e.g. int8-trt without TensorRT): the message names the install.
         """
         space, target = self._space_and_target
         try:
@@ -85,6 +87,7 @@ class StudyObjective:
         except Exception as e:  # whatever a plugin or a broken file raises
             raise DataError(f"dataset {self.spec.dataset!r}: {type(e).__name__}: {e}") from e
         check_compatible(space, data, target)  # family vs data, methods vs target
+        require_present(target, sorted(space_methods(space)))  # and their runtimes here
         _ = self._trained
 
     @cached_property

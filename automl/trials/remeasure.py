@@ -85,7 +85,8 @@ def remeasure_front(
                 artifact_store=artifact_store, file_path=str(path), artifact_id=attrs[ARTIFACT_ID]
             )
             batch = attrs["candidate"]["batch_size"]
-            run_once, env = ort_run_timer(path, target, data.x_test, batch)
+            method = attrs.get("latency", {}).get("method", "fp32")
+            run_once, env = ort_run_timer(path, target, data.x_test, batch, method=method)
             samples, stop = sample_until_decided(
                 run_once, batch, kept, min_runs=_MIN_RUNS, rel_ci=_REL_CI, max_seconds=max_seconds
             )

@@ -21,6 +21,7 @@ from pathlib import Path
 logger = logging.getLogger("automl.trials.stage_cache")
 _TMP = ".tmp-"
 _ORPHAN_AGE_S = 3600  # a temporary file this old belongs to no running writer
+_ENGINES = "tensorrt"  # the folder of TensorRT engines and timing caches
 
 
 def content_key(*parts: object) -> str:
@@ -36,6 +37,17 @@ class StageCache:
         self.root = Path(root)
         self.max_bytes = max_bytes
         self.root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def engine_dir(self) -> Path:
+        """Where TensorRT keeps its engines and timing caches; never evicted by size.
+
+        TensorRT names an engine by the graph's node names, not its weights: each graph gets a
+        folder of its own under it (see :func:`automl.trials.trial.run_trial`).
+        """
+        folder = self.root / _ENGINES
+        folder.mkdir(exist_ok=True)
+        return folder
 
     def path(self, kind: str, key: str, suffix: str) -> Path:
         """Where the entry lives, whether or not it exists."""
@@ -82,6 +94,8 @@ class StageCache:
                 stat = path.stat()
             except FileNotFoundError:
                 continue  # evicted by another worker meanwhile
+            if path.name == _ENGINES:
+                continue
             if path.name.startswith(_TMP):
                 if time.time() - stat.st_mtime > _ORPHAN_AGE_S:  # its writer was killed
                     path.unlink(missing_ok=True)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from automl.pipeline._ort import make_session
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
+from automl.pipeline.timers import backend_session
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
@@ -89,7 +90,7 @@ def run_trial(
         UnsupportedQuantization: The bit-width does not apply to this model.
         TrialFailed: A stage could not produce a valid candidate.
     """
-    require_present(target)
+    require_present(target, [candidate.quant_method.name])
     stages = CachedStages(
         candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained
     )
@@ -97,7 +98,8 @@ def run_trial(
     quantized, onnx_diff, built = stages.quantized(timings)
     (evaluation, test_evaluation), latency = evaluate_and_measure(
         quantized.path, target, data, candidate.batch_size, timings=timings,
-        budgets=latency_budgets(constraints, candidate.batch_size),
+        budgets=latency_budgets(constraints, candidate.batch_size), method=quantized.method,
+        engine_dir=_engines_of(quantized.path, cache),
     )  # fmt: skip
     metrics = {
         "accuracy": evaluation.accuracy,
@@ -143,14 +145,19 @@ def evaluate_and_measure(
     *,
     timings: dict[str, float],
     budgets: Sequence[LatencyBudget] = (),
+    method: str = "fp32",
+    engine_dir: Path | None = None,
 ) -> tuple[tuple[Evaluation, Evaluation], Latency]:
-    """Accuracy of an ONNX model at the serving batch, then its latency in the same session.
+    """Accuracy of an ONNX model at the serving batch, then its latency.
 
-    The validation split's accuracy is what the search optimises; the test split's is only
-    reported, so that the front's accuracies are not selected on the figures it shows.
-    Evaluation runs both at ``batch_size``, so the session is warm by then: the latency stage
-    gives it one more untimed run (only the last test batch may be shorter), or its full
-    warm-up where the test set is smaller than a batch.
+    Both run on the backend of ``method`` on the target, so accuracy is the deployed
+    runtime's. The validation split's accuracy is what the search optimises; the test split's
+    is only reported, so that the front's accuracies are not selected on the figures it shows.
+    Evaluation runs both at ``batch_size``, so the session is warm by then: on the CPU the
+    latency stage times that session, with one more untimed run (only the last test batch may
+    be shorter), or its full warm-up where the test set is smaller than a batch. A GPU backend
+    times a session of its own, bound to the device at fixed addresses (a CUDA graph where
+    ONNX Runtime can capture one).
 
     Args:
         model_path: The ONNX file.
@@ -160,17 +167,24 @@ def evaluate_and_measure(
         batch_size: The serving batch.
         timings: Seconds of ``evaluate`` and ``latency`` are added here.
         budgets: Latency budgets that stop the timing early (see :class:`LatencyBudget`).
+        method: The graph's quantization method; it picks the target's backend.
+        engine_dir: Where TensorRT keeps its engines (the stage cache's).
     """
     with timed(timings, "evaluate"):
-        session = make_session(model_path, target.execution_providers, target.intra_op_threads)
+        session = backend_session(model_path, target, method, engine_dir)
         # At the serving batch: dynamic int8 scales depend on the batch.
         evaluations = tuple(
             evaluate(session, x, y, num_classes=data.num_classes, batch_size=batch_size)
             for x, y in ((data.x_val, data.y_val), (data.x_test, data.y_test))
         )
-    warm = {"warmup_runs": 1} if len(data.x_test) >= batch_size else {}
+    on_device = target.backend_for(method).on_device
+    warm = {"warmup_runs": 1} if len(data.x_test) >= batch_size and not on_device else {}
+    timed_model = model_path if on_device else session
     with timed(timings, "latency"), measurement_lock(target):  # alone on a shared GPU
-        latency = measure_latency(session, target, data.x_test, batch_size, budgets=budgets, **warm)
+        latency = measure_latency(
+            timed_model, target, data.x_test, batch_size, method=method, cache_dir=engine_dir,
+            budgets=budgets, **warm,
+        )  # fmt: skip
     return evaluations, latency
 
 
@@ -213,3 +227,12 @@ def _torch_device(target: Target) -> str:
     if target.kind == "cuda" and torch.cuda.is_available():
         return "cuda"
     return "cpu"
+
+
+def _engines_of(model_path: Path, cache: StageCache | None) -> Path | None:
+    """TensorRT's cache folder for this graph alone: TensorRT names engines by node names and
+    the model's file name, not by weights or shapes, so graphs never share a folder."""
+    if cache is None:
+        return None
+    digest = hashlib.sha256(model_path.read_bytes()).hexdigest()[:32]
+    return cache.engine_dir / digest

@@ -13,7 +13,8 @@ from torch import nn
 
 from automl.errors import SpecError, TargetUnavailable
 from automl.pipeline import latency as latency_module
-from automl.pipeline._ort import make_session, provider_options_for
+from automl.pipeline import timers as timers_module
+from automl.pipeline._ort import make_session
 from automl.pipeline.latency import (
     LatencyBudget,
     latency_stats,
@@ -219,7 +220,7 @@ def test_a_session_off_the_target_s_provider_is_refused_never_timed(
     onnx_model: Path, samples: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As if an H100 and onnxruntime-gpu were here, and the session fell back to the CPU.
-    monkeypatch.setattr(latency_module, "require_present", lambda target: None)
+    monkeypatch.setattr(timers_module, "require_present", lambda target, methods=(): None)
     session = make_session(onnx_model, load_target("h100").execution_providers, 1)
 
     with pytest.raises(TargetUnavailable, match="runs the model on CPUExecutionProvider"):
@@ -228,27 +229,15 @@ def test_a_session_off_the_target_s_provider_is_refused_never_timed(
         latency_module.ort_run_timer(session, load_target("h100"), samples, 1)
 
 
-def test_cuda_sessions_run_fp32_without_tf32_unless_told() -> None:
-    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-
-    assert provider_options_for(providers) == [{"use_tf32": "0"}, {}]
-    assert provider_options_for(
-        providers, {"CUDAExecutionProvider": {"device_id": "1"}, "CPUExecutionProvider": {}}
-    ) == [{"use_tf32": "0", "device_id": "1"}, {}]
-    assert provider_options_for(providers[:1], {"CUDAExecutionProvider": {"use_tf32": "1"}}) == [
-        {"use_tf32": "1"}
-    ]
-
-
 def test_a_cuda_environment_records_tf32_and_the_gpu_and_a_cpu_one_does_not() -> None:
     cuda = "CUDAExecutionProvider"
-    env = latency_module.env_fingerprint(cuda, 1, load_target("a100"), {cuda: 3}, {"use_tf32": "0"})
-    cpu = latency_module.env_fingerprint("CPUExecutionProvider", 1, load_target("cpu"), {})
+    env = timers_module.env_fingerprint(cuda, 1, load_target("a100"), {cuda: 3}, {"use_tf32": "0"})
+    cpu = timers_module.env_fingerprint("CPUExecutionProvider", 1, load_target("cpu"), {})
 
     assert env["tf32"] is False and env["onnxruntime"] == ort.__version__
     assert {"gpu", "gpu_index", "gpu_uuid", "driver"} <= env.keys()  # None without nvidia-smi
     tf32 = {"use_tf32": "1", "device_id": "0"}
-    assert latency_module.env_fingerprint(cuda, 1, load_target("a100"), None, tf32)["tf32"]
+    assert timers_module.env_fingerprint(cuda, 1, load_target("a100"), None, tf32)["tf32"]
     assert cpu.keys() == env.keys() - {"tf32", "gpu", "gpu_index", "gpu_uuid", "driver"}
     assert cpu.keys() == {  # as before GPUs were described
         *("target", "onnxruntime", "provider", "intra_op_threads", "cpu_model"),

@@ -54,7 +54,7 @@ def test_every_row_names_a_converter_of_the_quantize_stage() -> None:
 def test_rows_are_frozen_with_distinct_names_and_cache_tags() -> None:
     assert all(name == m.name for name, m in METHODS.items())
     assert len({m.cache_tag for m in METHODS.values()}) == len(METHODS)
-    assert quantize_module.STATIC_INT8_RECIPE == "qdq-u8s8-per-channel-reduce-range"
+    assert METHODS["int8-static"].cache_tag == "qdq-u8s8-per-channel-reduce-range"
     with pytest.raises(dataclasses.FrozenInstanceError):
         METHODS["fp32"].bits = 16  # type: ignore[misc]
 
@@ -62,7 +62,7 @@ def test_rows_are_frozen_with_distinct_names_and_cache_tags() -> None:
 def test_calibration_is_declared_by_the_static_methods() -> None:
     calibrated = {m.name for m in METHODS.values() if m.needs_calibration}
 
-    assert calibrated == {"int8-static", "int8-trt"}
+    assert calibrated == {"int8-static", "int8-trt", "fp8-trt"}
 
 
 def test_methods_of_bit_widths_follow_the_old_form() -> None:
@@ -77,6 +77,6 @@ def test_methods_of_bit_widths_follow_the_old_form() -> None:
 
 
 def test_unknown_method() -> None:
-    assert get_method("int8-trt").bits == 8
+    assert get_method("int8-trt").bits == get_method("fp8-trt").bits == 8
     with pytest.raises(SpecError, match="unknown quantization method 'fp4'; known: fp32, "):
         get_method("fp4")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,7 +11,9 @@ import onnxruntime as ort
 import pytest
 
 from automl.errors import AutomlError, TrialFailed
+from automl.pipeline import backends as backends_module
 from automl.pipeline._ort import make_session
+from automl.pipeline.backends import Backend
 from automl.pipeline.latency import measure_latency
 from automl.pipeline.placement import (
     NodePlacement,
@@ -105,13 +108,14 @@ def test_a_session_that_does_not_record_is_refused(exported_models) -> None:
     "AzureExecutionProvider" not in ort.get_available_providers(),
     reason="this ONNX Runtime has no second provider to register first",
 )
-def test_the_registered_provider_is_not_where_nodes_run(digits, exported_models) -> None:
+def test_the_registered_provider_is_not_where_nodes_run(digits, exported_models, monkeypatch):
     # The Azure provider registers first and takes no node: get_providers()[0] names it while
     # the CPU runs everything, as the CUDA provider does with an int8 dynamic graph.
-    target = dataclasses.replace(
-        load_target("cpu"), execution_providers=("AzureExecutionProvider", CPU)
-    )
-    session = make_session(exported_models["mlp"], target.execution_providers, 1)
+    azure = Backend("ort-azure", ("AzureExecutionProvider", CPU), ("fp32",), "cpu", False, "-")
+    table = MappingProxyType({**backends_module.BACKENDS, azure.name: azure})
+    monkeypatch.setattr(backends_module, "BACKENDS", table)
+    target = dataclasses.replace(load_target("cpu"), backends=(azure.name,), methods=("fp32",))
+    session = make_session(exported_models["mlp"], azure.providers, 1)
     assert session.get_providers()[0] == "AzureExecutionProvider"
 
     with pytest.raises(TrialFailed, match=r"Gemm '/features/features\.1/Gemm' on CPU"):

@@ -106,24 +106,34 @@ GPU_TARGETS = ["a100", "h100", "h200", "rtx4090"]
 @pytest.mark.parametrize(
     ("knob", "message"),
     [
-        ({"bits": {"type": "categorical", "choices": [32, 16, 8]}}, r"suggests bits \[8\]"),
+        (
+            {"bits": {"type": "categorical", "choices": [32, 16, 8]}},
+            r"suggests bits that mean methods \['int8-static'\]",
+        ),
+        (
+            {
+                "bits": {"type": "fixed", "value": 8},
+                "int8_mode": {"type": "categorical", "choices": ["static", "dynamic"]},
+            },
+            r"suggests bits that mean methods \['int8-dynamic', 'int8-static'\]",
+        ),
         ({"bits": {"type": "fixed", "value": 4}}, r"suggests bits \[4\]"),
         (
             {"method": {"type": "categorical", "choices": ["fp16", "int8-dynamic", "int8-trt"]}},
-            r"names methods \['int8-dynamic', 'int8-trt'\]",
+            r"names methods \['int8-dynamic'\]",
         ),
         ({"method": {"type": "fixed", "value": "int4-weight"}}, r"names methods \['int4-weight'\]"),
     ],
 )
-def test_an_nvidia_target_refuses_8_and_4_bits_at_load(digits, target, knob, message):
+def test_an_nvidia_target_refuses_cpu_methods_at_load(digits, target, knob, message):
     with pytest.raises(SpecError, match=rf"{message}, which target '{target}' cannot run"):
         check_compatible(_space("mlp", **knob), digits, load_target(target))
 
 
 @pytest.mark.parametrize("target", GPU_TARGETS)
-def test_an_nvidia_target_runs_fp32_and_fp16(digits, target):
+def test_an_nvidia_target_runs_fp32_fp16_and_int8_through_tensorrt(digits, target):
     bits = {"bits": {"type": "categorical", "choices": [32, 16]}}
-    methods = {"method": {"type": "categorical", "choices": ["fp32", "fp16"]}}
+    methods = {"method": {"type": "categorical", "choices": ["fp32", "fp16", "int8-trt"]}}
 
     check_compatible(_space("mlp", **bits), digits, load_target(target))
     check_compatible(_space("mlp", **methods), digits, load_target(target))

@@ -4,14 +4,18 @@ import optuna
 import pytest
 
 from automl.errors import SpecError
+from automl.search.compat import check_target
 from automl.search.space import candidate_from_values, list_spaces, load_space
 from automl.targets import load_target
 
+# The shipped spaces made for NVIDIA targets, and one of those targets.
+GPU_SPACES = {"digits-gpu": "a100", "digits-trt": "a100"}
+
 
 def test_shipped_spaces():
-    assert {"digits-cnn", "digits-mlp", "digits-mixed"} <= set(list_spaces())
+    assert {"digits-cnn", "digits-mlp", "digits-mixed", *GPU_SPACES} <= set(list_spaces())
     for name in list_spaces():
-        load_space(name).check_target(load_target("cpu"))
+        check_target(load_space(name), load_target(GPU_SPACES.get(name, "cpu")))
 
 
 def test_mixed_space_searches_all_knobs_jointly_with_conditionals():
@@ -63,7 +67,7 @@ def test_malformed_spaces_name_the_field(tmp_path, body, message):
 def test_bit_width_the_target_cannot_run(tmp_path):
     space = load_space(str(_write(tmp_path, "  bits: {type: categorical, choices: [8, 4, 2]}\n")))
     with pytest.raises(SpecError, match=r"suggests bits \[2\].*supports \[4, 8, 16, 32\]"):
-        space.check_target(load_target("cpu"))
+        check_target(space, load_target("cpu"))
 
 
 def test_unknown_space_lists_registered_ones():
@@ -125,7 +129,7 @@ def test_a_space_may_name_quantization_methods_directly(tmp_path):
         "  method: {type: categorical, choices: [fp32, int8-dynamic, int4-weight]}\n"
     )
     space = load_space(str(_write(tmp_path, body)))
-    space.check_target(load_target("cpu"))
+    check_target(space, load_target("cpu"))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     seen = set()
     for _ in range(12):
@@ -137,6 +141,6 @@ def test_a_space_may_name_quantization_methods_directly(tmp_path):
     assert old.quant_method.name == "int8-dynamic"  # the old form names the same method
     trt = load_space(str(_write(tmp_path, "  method: {type: fixed, value: int8-trt}\n")))
     with pytest.raises(SpecError, match=r"names methods \['int8-trt'\].*target 'cpu'"):
-        trt.check_target(load_target("cpu"))
+        check_target(trt, load_target("cpu"))
     with pytest.raises(SpecError, match="no-such"):
         load_space(str(_write(tmp_path, "  method: {type: fixed, value: no-such}\n")))

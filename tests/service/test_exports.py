@@ -146,6 +146,8 @@ def test_sidecar_says_how_to_deploy(exported: list, digits: Dataset) -> None:
         env, latency = trial.user_attrs["env"], trial.user_attrs["latency"]
         assert sidecar["measured_with"] == {
             "provider": env["provider"],
+            "backend": "ort-cpu",
+            "timing": "host",
             "intra_op_threads": env["intra_op_threads"],
             "batch_size": trial.params["batch_size"],
             "onnxruntime": env["onnxruntime"],

@@ -19,12 +19,9 @@ from automl.targets import (
     matching_gpus,
     require_present,
 )
-from automl.targets._registry import (
-    _parse_target,
-    gpu_identity,
-    runtime_refusal,
-)
+from automl.targets._registry import _parse_target
 from automl.targets.nvidia_smi import parse_gpu_identities, parse_gpu_query
+from automl.targets.presence import gpu_identity, runtime_refusal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -109,8 +106,25 @@ def test_precisions_are_the_bits_of_the_methods(name: str) -> None:
 
     if name == "cpu":
         assert (target.methods, target.precisions) == (CPU_METHODS, (32, 16, 8, 4))
-    else:  # what the CUDA provider measures honestly: no int8 or int4 recipe yet
-        assert (target.methods, target.precisions) == (("fp32", "fp16"), (32, 16))
+    else:  # fp32 and fp16 on the CUDA provider, 8 bits through TensorRT; no int4 recipe yet
+        hopper = ("fp8-trt",) if name in ("h100", "h200") else ()
+        assert target.methods == ("fp32", "fp16", "int8-trt", *hopper)
+        assert target.precisions == (32, 16, 8)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_method_runs_on_the_first_backend_that_declares_it(name: str) -> None:
+    target = load_target(name)
+    backends = {m: target.backend_for(m).name for m in target.methods}
+
+    if name == "cpu":
+        assert set(backends.values()) == {"ort-cpu"}
+    else:
+        assert backends["fp32"] == backends["fp16"] == "ort-cuda"
+        assert {backends[m] for m in target.methods[2:]} == {"ort-tensorrt"}
+        assert target.execution_providers == ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+    with pytest.raises(SpecError, match=rf"target '{name}' does not run method 'int3'"):
+        target.backend_for("int3")
 
 
 def _yaml(**changes: object) -> dict:
@@ -119,7 +133,7 @@ def _yaml(**changes: object) -> dict:
         "name": "cpu",
         "kind": "cpu",
         "description": "test",
-        "execution_providers": ["CPUExecutionProvider"],
+        "backends": ["ort-cpu"],
         "methods": ["fp32", "int8-static"],
         "intra_op_threads": 1,
         "peaks": {"flops": None, "memory_bandwidth_gbs": None, "memory_gb": None, "source": "x"},
@@ -132,7 +146,16 @@ def _yaml(**changes: object) -> dict:
     ("changes", "methods", "precisions"),
     [
         ({}, ("fp32", "int8-static"), (32, 8)),
-        ({"methods": ["int8-trt", "fp16"]}, ("int8-trt", "fp16"), (16, 8)),
+        (
+            {
+                "backends": ["ort-tensorrt"],
+                "kind": "cuda",
+                "device_names": ["X"],
+                "methods": ["int8-trt", "fp16"],
+            },
+            ("int8-trt", "fp16"),
+            (16, 8),
+        ),
         (
             {"methods": None, "precisions": [8, 32]},
             ("fp32", "int8-static", "int8-dynamic"),
@@ -163,6 +186,13 @@ def test_methods_and_precisions_load(changes: dict, methods: tuple, precisions: 
             "lists a MIG slice",
         ),
         ({"device_match": "A100"}, "Extra inputs are not permitted"),
+        ({"execution_providers": ["CPUExecutionProvider"]}, "Extra inputs are not permitted"),
+        ({"backends": ["ort-cpu", "ort-fpga"]}, "unknown latency backend 'ort-fpga'"),
+        ({"backends": ["ort-cuda"]}, "a cpu target needs cpu backends"),
+        (
+            {"methods": ["fp32", "int8-trt"]},
+            r"no backend of \['ort-cpu'\] runs methods \['int8-trt'\]",
+        ),
         ({"name": "other"}, "declares name 'other'"),
     ],
 )
@@ -327,6 +357,18 @@ def test_a_cuda_target_needs_its_provider_in_onnx_runtime() -> None:
     reason = runtime_refusal(a100, ["CPUExecutionProvider"])
     assert reason is not None and "\n" not in reason
     assert "CUDAExecutionProvider" in reason and "make install-gpu" in reason
+
+
+def test_int8_and_fp8_need_tensorrt_and_the_refusal_names_its_install() -> None:
+    a100, cuda = load_target("a100"), ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+    assert runtime_refusal(a100, cuda, ["fp32", "fp16"]) is None
+    reason = runtime_refusal(a100, cuda, ["fp16", "int8-trt"])
+    assert reason is not None and "\n" not in reason
+    assert "int8-trt on ONNX Runtime's TensorrtExecutionProvider (backend ort-tensorrt)" in reason
+    assert "make install-gpu GPU_EXTRAS=dev,gpu,tensorrt" in reason
+    assert runtime_refusal(a100, ["TensorrtExecutionProvider", *cuda], ["int8-trt"]) is None
+    assert runtime_refusal(a100, cuda, ["int8-static"]) is None  # the space's check names it
 
 
 @pytest.mark.skipif(

@@ -1,0 +1,295 @@
+"""The session a latency is timed in, and how one run of it is timed.
+
+:func:`open_runner` opens the session on the backend of the graph's method (see
+:mod:`automl.pipeline.backends`), checks where its nodes run, and gives its timers and the
+environment; :mod:`automl.pipeline.latency` decides how many runs to take.
+
+Each timer runs the session once and returns the milliseconds it took. :func:`host_timer` feeds
+a numpy batch and gets numpy outputs back (the CPU backend's figure). :func:`bound_timers`
+binds the batch and the outputs to the device once, at fixed addresses, and gives two timers:
+
+- **device-resident**: ``run_with_iobinding`` and a synchronisation; no host copies. With a
+  CUDA graph session the run is a graph replay, which needs those fixed addresses.
+- **end to end**: the batch copied into the bound input, the run, and the outputs copied back
+  to the host: what a caller holding numpy arrays sees.
+
+On the CPU the device is ``"cpu"``, and both timers work as they do on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _state
+
+from automl.errors import SpecError, TargetUnavailable
+from automl.pipeline._ort import (
+    ORT_DTYPES,
+    UNSAFE_REWRITES,
+    feed,
+    input_dtype,
+    input_name,
+    make_session,
+)
+from automl.pipeline.placement import check_placement, node_placements
+from automl.targets import require_present
+from automl.targets.presence import gpu_identity
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+    from automl.pipeline.backends import Backend
+    from automl.targets import Target
+
+# ONNX Runtime's own errors (they derive from Exception alone): a session or run it refused.
+ORT_ERRORS = (_state.Fail, _state.RuntimeException, _state.EPFail, _state.NotImplemented)
+
+
+def host_timer(session: ort.InferenceSession, batch: np.ndarray) -> Callable[[], float]:
+    """A timer of ``session.run`` on ``batch``: numpy in, numpy out."""
+    feed = {input_name(session): batch}
+
+    def run_once() -> float:
+        t0 = time.perf_counter_ns()
+        session.run(None, feed)
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    return run_once
+
+
+class BoundTimers(NamedTuple):
+    """Timers over one IO binding (each times one run, in milliseconds), and its outputs."""
+
+    device_resident: Callable[[], float]
+    end_to_end: Callable[[], float]
+    outputs: Callable[[], list[np.ndarray]]
+
+
+def bound_timers(session: ort.InferenceSession, batch: np.ndarray, device: str) -> BoundTimers:
+    """Device-resident and end-to-end timers over one IO binding at fixed addresses.
+
+    Args:
+        session: The session; on a GPU, opened on this process's device 0.
+        batch: The input batch, as the model takes it.
+        device: ``"cuda"`` or ``"cpu"``.
+
+    Returns:
+        The timers, and ``outputs``: the last run's outputs, copied to the host.
+    """
+    bound_input = ort.OrtValue.ortvalue_from_numpy(batch, device, 0)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input(input_name(session), bound_input)
+    for output in session.get_outputs():
+        shape = _output_shape(output.shape, len(batch))
+        if shape is None or output.type not in ORT_DTYPES:  # ONNX Runtime allocates it
+            binding.bind_output(output.name, device, 0)
+            continue
+        value = ort.OrtValue.ortvalue_from_shape_and_type(shape, ORT_DTYPES[output.type], device, 0)
+        binding.bind_ortvalue_output(output.name, value)
+
+    def device_resident() -> float:
+        t0 = time.perf_counter_ns()
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    def end_to_end() -> float:
+        t0 = time.perf_counter_ns()
+        bound_input.update_inplace(batch)
+        session.run_with_iobinding(binding)
+        binding.copy_outputs_to_cpu()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    return BoundTimers(device_resident, end_to_end, binding.copy_outputs_to_cpu)
+
+
+def _output_shape(shape: list[int | str | None], batch_size: int) -> list[int] | None:
+    """An output's shape at ``batch_size``: a named first dimension is the batch.
+
+    ``None`` when another dimension is unknown before the run.
+    """
+    if not shape:
+        return None
+    head, rest = shape[0], shape[1:]
+    if not all(isinstance(d, int) for d in rest):
+        return None
+    return [head if isinstance(head, int) else batch_size, *rest]
+
+
+def backend_session(
+    model_path: Path | str,
+    target: Target,
+    method: str,
+    cache_dir: Path | None = None,
+    *,
+    cuda_graph: bool = False,
+) -> ort.InferenceSession:
+    """A session of ``model_path`` on the backend that measures ``method`` on ``target``.
+
+    Its providers and options are the backend's (see :meth:`Backend.provider_options`), its
+    threads the target's. The trial evaluates accuracy in this session, so accuracy is the
+    deployed runtime's.
+    """
+    backend = target.backend_for(method)
+    options = backend.provider_options(method, cache_dir, cuda_graph=cuda_graph)
+    unsafe = UNSAFE_REWRITES.get(method, ())
+    return make_session(model_path, backend.providers, target.intra_op_threads, options, unsafe)
+
+
+@dataclass(frozen=True)
+class Runner:
+    """A session's timers and its environment: what :func:`open_runner` gives."""
+
+    run_once: Callable[[], float]
+    end_to_end: Callable[[], float] | None
+    env: dict[str, Any]
+
+
+def open_runner(
+    model: Path | str | ort.InferenceSession,
+    target: Target,
+    inputs: np.ndarray,
+    batch_size: int,
+    method: str,
+    cache_dir: Path | None,
+) -> Runner:
+    """The timers of ``model`` on the backend of ``method``, its placement checked.
+
+    A GPU backend given a file tries a CUDA graph session first, and a plain one when ONNX
+    Runtime cannot capture the graph (the environment records which, and why).
+    """
+    require_present(target, [method])
+    if batch_size < 1 or len(inputs) == 0:
+        raise SpecError(f"need batch_size >= 1 and some inputs; got {batch_size}, {len(inputs)}")
+    backend = target.backend_for(method)
+    if not backend.on_device:
+        session, env = _session_on(model, target, backend, method, cache_dir)
+        batch = _batch(inputs, batch_size, input_dtype(session))
+        return Runner(host_timer(session, batch), None, env | {"timing": "host"})
+    return _bound_runner(model, target, backend, method, cache_dir, (inputs, batch_size))
+
+
+def _bound_runner(
+    model: Path | str | ort.InferenceSession,
+    target: Target,
+    backend: Backend,
+    method: str,
+    cache_dir: Path | None,
+    batch_of: tuple[np.ndarray, int],
+) -> Runner:
+    """Device-resident timers; on a GPU, of a CUDA graph session where one can be captured."""
+    env: dict[str, Any] = {}
+    if backend.device == "cuda" and not isinstance(model, ort.InferenceSession):
+        try:
+            session, env = _session_on(model, target, backend, method, cache_dir, True)
+            timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), "cuda")
+            timers.device_resident()  # the first run captures the graph, or refuses to
+            graph = env | {"timing": "device-resident, cuda-graph"}
+            return Runner(timers.device_resident, timers.end_to_end, graph)
+        except ORT_ERRORS as e:  # e.g. a node that is not on the GPU, or a dynamic shape
+            env = {"cuda_graph_refused": f"{type(e).__name__}: {e}"}
+    session, own = _session_on(model, target, backend, method, cache_dir)
+    timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), backend.device)
+    env = own | env | {"timing": "device-resident"}
+    return Runner(timers.device_resident, timers.end_to_end, env)
+
+
+def _session_on(
+    model: Path | str | ort.InferenceSession,
+    target: Target,
+    backend: Backend,
+    method: str,
+    cache_dir: Path | None,
+    cuda_graph: bool = False,
+) -> tuple[ort.InferenceSession, dict[str, Any]]:
+    """A session of ``model`` on the backend's provider, its placement checked, and its env.
+
+    Raises:
+        TargetUnavailable: The session does not run on the backend's first provider (ONNX
+            Runtime could not start it, or a session passed in was opened elsewhere).
+        TrialFailed: Compute nodes run on a provider other than the backend's.
+    """
+    session = model
+    if not isinstance(model, ort.InferenceSession):
+        session = backend_session(model, target, method, cache_dir, cuda_graph=cuda_graph)
+    provider, wanted = session.get_providers()[0], backend.provider
+    if provider != wanted:
+        cuda = target.kind == "cuda"
+        hint = f" (can it load the libraries of `{backend.install}`?)" if cuda else ""
+        raise TargetUnavailable(
+            f"target {target.name!r} measures {method} on ONNX Runtime's {wanted}, but this "
+            f"session runs the model on {provider}{hint}. Latency is never measured on another "
+            "provider instead."
+        )
+    placement = check_placement(node_placements(session), wanted)
+    options = session.get_provider_options().get(wanted)
+    env = env_fingerprint(provider, target.intra_op_threads, target, placement, options)
+    return session, env | {"backend": backend.name}
+
+
+def env_fingerprint(
+    provider: str,
+    threads: int,
+    target: Target,
+    placement: Mapping[str, int] | None = None,
+    provider_options: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Describe where a measurement ran.
+
+    Args:
+        provider: The execution provider that ran the model.
+        threads: Intra-op threads used.
+        target: The target measured.
+        placement: Nodes per execution provider of the timed session (see
+            :func:`automl.pipeline.placement.check_placement`).
+        provider_options: The options ``provider`` ran with, as the session reports them.
+
+    Returns:
+        ORT version, provider, threads, CPU model, logical cores, Python version, platform,
+        target name and, when given, ``placement``. A cuda target adds its GPU's name, index,
+        UUID and driver version (see :func:`automl.targets.presence.gpu_identity`; ``None``
+        where ``nvidia-smi`` cannot tell) and ``tf32``: whether fp32 ran as TF32 (``None``
+        when the options do not say).
+    """
+    env: dict[str, Any] = {
+        "target": target.name,
+        "onnxruntime": ort.__version__,
+        "provider": provider,
+        "intra_op_threads": threads,
+        "cpu_model": _cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    if target.kind == "cuda":
+        gpu = gpu_identity(target) or {}
+        env["gpu"] = gpu.get("name")
+        env |= {f"gpu_{key}": gpu.get(key) for key in ("index", "uuid")}
+        env["driver"] = gpu.get("driver")
+        use_tf32 = (provider_options or {}).get("use_tf32")
+        env["tf32"] = None if use_tf32 is None else use_tf32 != "0"
+    if placement is not None:
+        env["placement"] = dict(placement)
+    return env
+
+
+def _batch(inputs: np.ndarray, batch_size: int, dtype: type) -> np.ndarray:
+    return feed(inputs[np.arange(batch_size) % len(inputs)], dtype)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

@@ -1,0 +1,187 @@
+"""Whether this machine can measure a target: its GPU, matched exactly, and its runtime.
+
+A CUDA target lists the exact ``nvidia-smi --query-gpu=name`` models it measures
+(``device_names``), compared without regard to case or repeated spaces, never as substrings:
+"A100" must not take an "RTX A1000", nor "H200" a "GH200 480GB". A MIG slice is refused even
+when its parent is a listed model: it has a fraction of the GPU's SMs and memory bandwidth, so
+its latencies are not the target's. ONNX Runtime is imported only once a CUDA target's GPU
+has been found, to ask for its providers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from automl.errors import TargetUnavailable
+from automl.pipeline.backends import get_backend
+from automl.targets.nvidia_smi import (
+    MIG,
+    detect_gpu_names,
+    is_mig,
+    parse_gpu_identities,
+    query_gpus,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from automl.targets._registry import Target
+
+_STORAGE_HINT = "postgresql://USER@HOST/DB"
+
+
+def gpu_identity(target: Target) -> dict[str, str] | None:
+    """Index, UUID, driver version and name of the GPU here that measures ``target``.
+
+    That is the first entry of ``CUDA_VISIBLE_DEVICES`` when it is set, else the first GPU of
+    the target's model.
+
+    Returns:
+        ``{"index", "uuid", "driver", "name"}`` from ``nvidia-smi`` (its index is CUDA's device
+        number when every GPU is visible), or ``None`` when none matches or it cannot tell.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    for fields in ("name,mig.mode.current", "name"):  # as in detect_gpu_names
+        out = query_gpus(f"index,uuid,driver_version,{fields}")
+        if out is not None:
+            gpus = parse_gpu_identities(out)
+            if visible:  # this process's GPU only (automl's workers name it by UUID)
+                gpus = [g for g in gpus if visible in (g["index"], g["uuid"])]
+            return next((g for g in gpus if device_refusal(target, g["name"]) is None), None)
+    return None
+
+
+def _canonical(gpu_name: str) -> str:
+    return " ".join(gpu_name.split()).casefold()
+
+
+def device_refusal(target: Target, gpu_name: str) -> str | None:
+    """Why a GPU cannot measure ``target``; ``None`` when it can. Pure: names only.
+
+    Args:
+        target: A CUDA target.
+        gpu_name: A GPU's name as ``nvidia-smi --query-gpu=name`` (or CUDA) reports it.
+
+    Returns:
+        ``None`` when the name equals one of the target's ``device_names`` (case and repeated
+        spaces aside) and is not a MIG slice; otherwise the reason, for people.
+    """
+    accepted = {_canonical(n) for n in target.device_names}
+    base = MIG.split(gpu_name, maxsplit=1)[0]
+    if _canonical(base) not in accepted:
+        wanted = " or ".join(repr(n) for n in target.device_names) or "no GPU (a cpu target)"
+        return f"{gpu_name!r} is not {wanted}"
+    if is_mig(gpu_name):
+        return (
+            f"{gpu_name!r} is a MIG slice, refused: it has a fraction of the GPU's compute and "
+            "memory bandwidth, so its latencies are not the target's; measure on a whole GPU "
+            "(MIG mode off)"
+        )
+    return None
+
+
+def matching_gpus(target: Target, gpu_names: Sequence[str]) -> list[str]:
+    """The names among ``gpu_names`` that can measure ``target`` (see :func:`device_refusal`)."""
+    return [g for g in gpu_names if device_refusal(target, g) is None]
+
+
+def runtime_refusal(
+    target: Target, providers: Sequence[str], methods: Sequence[str] = ()
+) -> str | None:
+    """Why an ONNX Runtime with ``providers`` cannot measure ``target``; ``None`` when it can.
+
+    Pure: names only. Latency is never measured on another provider in the target's place.
+
+    Args:
+        target: The target.
+        providers: ``onnxruntime.get_available_providers()`` of the runtime installed here.
+        methods: The quantization methods to be measured; each needs the provider of its
+            backend (see :meth:`Target.backend_for`). None given: the first backend's. Those
+            the target does not run are left to the search space's check, which names them.
+
+    Returns:
+        ``None`` when ``providers`` has them all; otherwise one line that names what is
+        missing and the fix.
+    """
+    methods = [m for m in methods if m in target.methods]
+    needed = list(dict.fromkeys(target.backend_for(m) for m in methods))
+    needed = needed or [get_backend(target.backends[0])]
+    missing = [b for b in needed if b.provider not in providers]
+    if not missing:
+        return None
+    backend = missing[0]
+    fix = f"run `{backend.install}` in the automl checkout"
+    if target.kind != "cuda":
+        fix = f"install an ONNX Runtime build with {backend.provider}"
+    runs = [m for m in methods if target.backend_for(m) == backend]
+    scope = f" {', '.join(runs)} on" if runs else ""
+    return (
+        f"target {target.name!r} measures{scope} ONNX Runtime's {backend.provider} (backend "
+        f"{backend.name}), which the installed ONNX Runtime lacks (it has "
+        f"{', '.join(providers) or 'none'}): {fix}"
+    )
+
+
+def is_present(
+    target: Target, detected: Sequence[str] | None = None, methods: Sequence[str] = ()
+) -> bool:
+    """Whether this machine can measure the target.
+
+    Args:
+        target: The target.
+        detected: GPU names to match, by name only; ``None`` inspects this machine.
+        methods: The quantization methods to be measured (see :func:`runtime_refusal`).
+
+    Returns:
+        ``True`` for cpu; for cuda, whether a GPU is one of the target's ``device_names`` and
+        not a MIG slice (see :func:`device_refusal`), and, inspecting this machine, whether
+        its ONNX Runtime has the providers of ``methods`` (see :func:`runtime_refusal`).
+    """
+    if target.kind == "cpu":
+        return True
+    gpus = detect_gpu_names() if detected is None else detected
+    if not matching_gpus(target, gpus):
+        return False
+    return detected is not None or runtime_refusal(target, _ort_providers(), methods) is None
+
+
+def require_present(target: Target, methods: Sequence[str] = ()) -> None:
+    """Raise unless this machine has the target's hardware and a runtime that can use it.
+
+    Args:
+        target: The target.
+        methods: The quantization methods to be measured: their backends' providers must be
+            here too (see :func:`runtime_refusal`).
+
+    Raises:
+        TargetUnavailable: The hardware is absent: the message names what is missing, what
+            was detected and why each GPU was refused, and how to run a worker on the right
+            hardware. Or ONNX Runtime lacks a provider (see :func:`runtime_refusal`).
+    """
+    gpus = [] if target.kind == "cpu" else detect_gpu_names()
+    if is_present(target, gpus):
+        cpu = target.kind == "cpu"
+        refusal = None if cpu else runtime_refusal(target, _ort_providers(), methods)
+        if refusal:
+            raise TargetUnavailable(refusal)
+        return
+    if gpus:
+        seen = "; ".join(device_refusal(target, g) or repr(g) for g in gpus)
+    else:
+        seen = "no NVIDIA GPU (nvidia-smi found none)"
+    wanted = " or ".join(repr(n) for n in target.device_names)
+    raise TargetUnavailable(
+        f"target {target.name!r} needs a whole NVIDIA GPU named {wanted} "
+        f"({target.description}), but this machine has: {seen}. "
+        "Latency is always measured on the target hardware and is never estimated as a "
+        "fallback. Run a worker on a machine with that GPU, sharing the study storage: "
+        f"automl worker --target {target.name} --storage {_STORAGE_HINT}"
+    )
+
+
+def _ort_providers() -> list[str]:
+    """The execution providers of the ONNX Runtime installed here (imported only now)."""
+    import onnxruntime
+
+    return list(onnxruntime.get_available_providers())

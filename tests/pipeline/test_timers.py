@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from automl.pipeline import backends as backends_module
+from automl.pipeline._ort import make_session
+from automl.pipeline.backends import CPU, Backend
+from automl.pipeline.latency import measure_latency
+from automl.pipeline.timers import bound_timers, open_runner
+from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from automl.targets import Target
+
+FEATURES = 32
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, 10)).eval()
+    path = tmp_path_factory.mktemp("timers") / "mlp.onnx"
+    with warnings.catch_warnings():  # the TorchScript exporter is deprecated but plainer
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            model, (torch.zeros(1, FEATURES),), str(path), dynamo=False,
+            input_names=["x"], output_names=["logits"],
+            dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+        )  # fmt: skip
+    return path
+
+
+@pytest.fixture
+def rows() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((8, FEATURES), dtype=np.float32)
+
+
+@pytest.fixture
+def bound_cpu(monkeypatch: pytest.MonkeyPatch) -> Target:
+    """The cpu target with a backend that times the CPU as GPU backends time a GPU."""
+    bound = Backend("ort-cpu-bound", (CPU,), ("fp32",), "cpu", True, "pip install onnxruntime")
+    table = MappingProxyType({**backends_module.BACKENDS, bound.name: bound})
+    monkeypatch.setattr(backends_module, "BACKENDS", table)
+    return dataclasses.replace(load_target("cpu"), backends=(bound.name,), methods=("fp32",))
+
+
+def test_bound_runs_give_the_outputs_of_session_run(model_path: Path, rows: np.ndarray) -> None:
+    session = make_session(model_path, [CPU], 1)
+    expected = session.run(None, {"x": rows})[0]
+    timers = bound_timers(session, rows, "cpu")
+
+    assert timers.device_resident() > 0
+    np.testing.assert_allclose(timers.outputs()[0], expected, rtol=1e-6)
+    assert timers.end_to_end() > 0  # the batch copied in again, the outputs copied back
+    np.testing.assert_allclose(timers.outputs()[0], expected, rtol=1e-6)
+
+
+def test_a_cpu_measurement_is_host_to_host(model_path: Path, rows: np.ndarray) -> None:
+    latency = measure_latency(model_path, load_target("cpu"), rows, 4, max_runs=60)
+
+    assert (latency.backend, latency.timing) == ("ort-cpu", "host")
+    assert latency.end_to_end_p50_ms == latency.p50_ms
+    assert latency.env["backend"] == "ort-cpu" and latency.env["timing"] == "host"
+
+
+def test_a_device_resident_backend_reports_both_figures(
+    model_path: Path, rows: np.ndarray, bound_cpu: Target
+) -> None:
+    latency = measure_latency(model_path, bound_cpu, rows, 4, max_runs=60)
+
+    assert (latency.backend, latency.timing) == ("ort-cpu-bound", "device-resident")
+    assert latency.end_to_end_p50_ms > 0 and latency.runs > 0
+    assert latency.env["placement"] == {CPU: 3}  # Gemm, Relu, Gemm
+    assert "cuda_graph_refused" not in latency.env  # no CUDA graph is tried off a GPU
+
+
+def test_a_backend_is_chosen_by_the_graph_s_method(model_path: Path, rows: np.ndarray) -> None:
+    runner = open_runner(model_path, load_target("cpu"), rows, 2, "int8-dynamic", None)
+
+    assert runner.env["backend"] == "ort-cpu" and runner.end_to_end is None
+    assert runner.run_once() > 0
