@@ -78,7 +78,7 @@ class Latency(LatencyStats):
             cuda-graph"`` (see :mod:`automl.pipeline.timers`): what the percentiles time.
         end_to_end_p50_ms: Median of runs with the copies to the device and back: the p50
             itself where the timing is ``"host"``.
-        env: Environment fingerprint (see :func:`env_fingerprint`).
+        env: Environment fingerprint (see :func:`automl.pipeline.timers.env_fingerprint`).
     """
 
     converged: bool
@@ -185,15 +185,17 @@ def measure_latency(
     """Measure the latency of one model at one batch size on the target's hardware.
 
     Args:
-        model: The ONNX file, or a session of it opened by :func:`automl.pipeline.timers.backend_session` (one that
-            has just run at ``batch_size`` needs fewer ``warmup_runs``). A GPU backend given
+        model: The ONNX file, or a session of it opened by
+            :func:`automl.pipeline.timers.backend_session` (one that has just run at
+            ``batch_size`` needs fewer ``warmup_runs``). A GPU backend given
             a file times it as a CUDA graph where ONNX Runtime can capture one.
         target: Where to measure; its hardware must be on this machine.
         inputs: Real test samples ``(N, *input_shape)``, floats or token ids as the model
             takes them; rows are repeated when ``N < batch_size``.
         batch_size: Samples per run.
         method: The graph's quantization method; it picks the target's backend.
-        cache_dir: Where TensorRT keeps its engines (see :meth:`automl.pipeline.backends.Backend.provider_options`).
+        cache_dir: Where TensorRT keeps its engines (see
+            :meth:`automl.pipeline.backends.Backend.provider_options`).
         warmup_runs: Untimed runs first.
         min_runs: Timed runs before convergence is checked.
         max_runs: Cap on timed runs.
