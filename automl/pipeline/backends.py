@@ -1,15 +1,15 @@
 """Latency backends as a table: which ONNX Runtime providers run a graph, and how it is timed.
 
-| name           | providers        | methods                                              | timed as         |
-|----------------|------------------|------------------------------------------------------|------------------|
-| ``ort-cpu``    | CPU              | fp32, fp16, int8-static, int8-dynamic, int4-weight   | host             |
-| ``ort-cuda``   | CUDA             | fp32 (TF32 off), fp16                                | device-resident  |
-| ``ort-tensorrt`` | TensorRT, CUDA | fp16, int8-trt, fp8-trt (engines built by TensorRT)  | device-resident  |
+| name             | providers      | methods                                     | timed as |
+|------------------|----------------|---------------------------------------------|----------|
+| ``ort-cpu``      | CPU            | fp32, fp16, int8-static/-dynamic, int4-weight | host   |
+| ``ort-cuda``     | CUDA           | fp32 (TF32 off), fp16                       | device   |
+| ``ort-tensorrt`` | TensorRT, CUDA | fp16, int8-trt, fp8-trt                     | device   |
 
-**host**: numpy in, numpy out, one ``session.run`` per timed run. **device-resident**: inputs and
-outputs stay on the GPU through one IO binding at fixed addresses, each run synchronised, and
-replayed as a CUDA graph where ONNX Runtime can capture one; a second figure, **end to end**,
-adds the copy of the batch to the GPU and of the outputs back (see
+**host**: numpy in, numpy out, one ``session.run`` per timed run. **device** (device-resident):
+inputs and outputs stay on the GPU through one IO binding at fixed addresses, each run
+synchronised, and replayed as a CUDA graph where ONNX Runtime can capture one; a second figure,
+**end to end**, adds the copy of the batch to the GPU and of the outputs back (see
 :mod:`automl.pipeline.timers`).
 
 A target lists its backends in order of preference (``backends:`` in its YAML), and a trial's
