@@ -52,8 +52,11 @@ def fresh_pick(
     and each trial's verdict on that p99 alone (``meets`` or ``exceeds``)."""
     verdicts = {}
     for record in front:
-        batch = record["user_attrs"]["candidate"]["batch_size"]
-        latency = measure_latency(paths[record["number"]], target, data.x_test, batch)
+        attrs = record["user_attrs"]
+        batch, method = attrs["candidate"]["batch_size"], attrs["latency"]["method"]
+        latency = measure_latency(
+            paths[record["number"]], target, data.x_test, batch, method=method
+        )
         verdicts[record["number"]] = "meets" if latency.p99_ms <= bound else "exceeds"
     return _best(front, verdicts), verdicts
 

@@ -44,12 +44,17 @@ from automl.pipeline._ort import UNSAFE_REWRITES, make_session
 from automl.pipeline.backends import CPU, CUDA, TRT, get_backend
 from automl.pipeline.export import export_onnx
 from automl.pipeline.latency import measure_latency
-from automl.pipeline.ort_packages import installed_ort_builds, require_single_ort
+from automl.pipeline.ort_packages import (
+    gpu_runtime_versions,
+    installed_ort_builds,
+    require_single_ort,
+)
 from automl.pipeline.placement import check_placement, node_placements, placement_counts
 from automl.pipeline.quantize import quantize_method
 from automl.pipeline.timers import bound_timers
 from automl.pipeline.train import train
 from automl.targets import detect_gpu_names, is_present, list_targets, load_target
+from automl.targets.presence import provider_starts
 
 # (method, backend). fp32 on the CUDA EP runs with TF32 off: true fp32. fp8 needs Hopper.
 PLAN = [
@@ -121,6 +126,8 @@ def environment(report: Report) -> dict[str, Any]:
         "ort_builds": installed_ort_builds(d.metadata["Name"] for d in metadata.distributions()),
         "onnxruntime": ort.__version__,
         "ort_providers": ort.get_available_providers(),
+        "ort_providers_starting": _providers(),
+        "trial_versions": gpu_runtime_versions(),  # what a trial's environment records
         "tensorrt": _version("tensorrt-cu13", "tensorrt-cu12", "tensorrt"),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "targets_present": [t.name for t in list_targets() if is_present(t)],
@@ -143,9 +150,11 @@ def environment(report: Report) -> dict[str, Any]:
     gpus = env["gpu_names"]
     report.check("NVIDIA GPU", "pass" if gpus else "missing", ", ".join(gpus) or "none found")
     for provider in (CUDA, TRT):
-        here = provider in env["ort_providers"]
-        how = "" if here else f"this onnxruntime has no {provider}; install: {INSTALL}"
-        report.check(f"{provider} available", "pass" if here else "missing", how)
+        starts = provider in env["ort_providers_starting"]
+        how = "" if starts else f"this onnxruntime has no {provider}; install: {INSTALL}"
+        if not starts and provider in env["ort_providers"]:  # e.g. libnvinfer cannot load
+            how = f"{provider} is in this build, but no session starts on it; install: {INSTALL}"
+        report.check(f"{provider} starts", "pass" if starts else "missing", how)
     return env
 
 
@@ -200,10 +209,12 @@ def method_row(
     if provider != CPU:
         options = backend.provider_options(method, workdir / "tensorrt")
         session = make_session(path, backend.providers, 1, options, unsafe)
+        if session.get_providers()[0] != provider:  # it could not start: not a placement fault
+            raise AutomlError(f"the session runs on {session.get_providers()[0]}, not {provider}")
     placements = node_placements(session)
     row["placement"] = placement_counts(placements)
     try:
-        check_placement(placements, provider)
+        check_placement(placements, provider, backend.placed_ops if provider != CPU else ())
         report.check(f"{name}: compute nodes placed", "pass", json.dumps(row["placement"]))
     except TrialFailed as e:  # it names the stray nodes
         report.check(f"{name}: compute nodes placed", "fail", str(e))
@@ -248,9 +259,10 @@ def _trial_latency(
 
 
 def _providers() -> list[str]:
+    """The providers of this onnxruntime that a session starts on (TensorRT needs libnvinfer)."""
     import onnxruntime as ort
 
-    return ort.get_available_providers()
+    return [p for p in ort.get_available_providers() if provider_starts(p)]
 
 
 def _present_nvidia() -> list[str]:
@@ -299,10 +311,11 @@ def main(argv: list[str] | None = None) -> int:
             hopper = any("H100" in g or "H200" in g for g in env["gpu_names"])
             for method, backend in PLAN:
                 provider = get_backend(backend).provider
-                if method in HOPPER_ONLY and not hopper and CUDA in env["ort_providers"]:
+                usable = env["ort_providers_starting"]
+                if method in HOPPER_ONLY and not hopper and CUDA in usable:
                     report.check(f"{method} on {provider}", "missing", "needs an H100 or H200")
                     continue
-                if provider not in env["ort_providers"] and CUDA in env["ort_providers"]:
+                if provider not in usable and CUDA in usable:
                     report.check(f"{method} on {provider}", "missing", f"install: {INSTALL}")
                     continue
                 try:

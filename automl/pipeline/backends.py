@@ -36,11 +36,13 @@ if TYPE_CHECKING:
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 # The CUDA EP and cuDNN run fp32 convolutions and matmuls as TF32 by default.
 _CUDA_OPTIONS = {"use_tf32": "0"}
-# TensorRT's builder flags per method; explicit QDQ (int8, fp8) is compiled as written.
+# TensorRT's builder flags per method. Explicit QDQ (int8, fp8) is compiled as written, and the
+# layers outside Q/DQ pairs may run in fp16 (TensorRT's "best" mode), never fp32 as TF32 alone.
+_FP16 = {"trt_fp16_enable": "True"}
 _TRT_PRECISION = {
-    "fp16": {"trt_fp16_enable": "True"},
-    "int8-trt": {"trt_int8_enable": "True"},
-    "fp8-trt": {},
+    "fp16": _FP16,
+    "int8-trt": {"trt_int8_enable": "True", **_FP16},
+    "fp8-trt": _FP16,
 }
 
 
@@ -54,6 +56,9 @@ class Backend:
             the first (see :func:`automl.pipeline.placement.check_placement`).
         methods: The quantization methods it runs (rows of :mod:`automl.pipeline.methods`).
         device: Where the graph runs: ``"cpu"`` or ``"cuda"``.
+        placed_ops: Operators that, beside compute (see
+            :func:`automl.pipeline.placement.is_compute`), must run on the first provider:
+            TensorRT's Q/DQ nodes, which would otherwise be fake quantization on the CUDA EP.
         on_device: Timed device-resident (inputs and outputs bound on ``device``), rather than
             host to host.
         install: The command that installs its runtime, for refusals.
@@ -65,6 +70,7 @@ class Backend:
     device: str
     on_device: bool
     install: str
+    placed_ops: tuple[str, ...] = ()
 
     @property
     def provider(self) -> str:
@@ -121,6 +127,7 @@ _ROWS = (
         "cuda",
         True,
         f"{_GPU_INSTALL} GPU_EXTRAS=dev,gpu,tensorrt",
+        ("QuantizeLinear", "DequantizeLinear"),
     ),
 )
 BACKENDS = MappingProxyType({b.name: b for b in _ROWS})

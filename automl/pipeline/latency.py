@@ -172,7 +172,7 @@ def measure_latency(
     inputs: np.ndarray,
     batch_size: int,
     *,
-    method: str = "fp32",
+    method: str,
     cache_dir: Path | None = None,
     warmup_runs: int = 10,
     min_runs: int = 50,
@@ -244,7 +244,7 @@ def ort_run_timer(
     inputs: np.ndarray,
     batch_size: int,
     *,
-    method: str = "fp32",
+    method: str,
     warmup_runs: int = 10,
 ) -> tuple[Callable[[], float], dict[str, Any]]:
     """A warmed-up ONNX Runtime session on the target, as a function that times one run.

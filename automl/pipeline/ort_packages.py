@@ -1,4 +1,4 @@
-"""Refuse to run with two ONNX Runtime builds installed side by side.
+"""Refuse to run with two ONNX Runtime builds installed side by side; name the GPU libraries.
 
 Every ONNX Runtime build on PyPI (``onnxruntime``, ``onnxruntime-gpu``, ...) installs the same
 ``onnxruntime`` import package. Installed together, the last one overwrites the other's files:
@@ -7,7 +7,8 @@ broken without an error. ``pip`` does not prevent it: installing ``automl[gpu]``
 install does exactly that, hence ``make install-gpu``.
 
 This module reads package metadata only; it imports neither onnxruntime nor torch, so it is
-cheap to call when the CLI starts.
+cheap to call when the CLI starts (:func:`gpu_runtime_versions`, called by a measurement,
+imports onnxruntime).
 """
 
 from __future__ import annotations
@@ -85,3 +86,33 @@ def require_single_ort() -> None:
     """
     names = (d.metadata["Name"] or "" for d in metadata.distributions())
     check_single_ort(n for n in names if n)
+
+
+# Distributions that install each GPU library, first match wins: pip's NVIDIA wheels.
+_GPU_LIBRARIES = {
+    "cudnn": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
+    "tensorrt": ("tensorrt-cu13", "tensorrt-cu13-libs", "tensorrt", "tensorrt-cu12"),
+}
+
+
+def gpu_runtime_versions() -> dict[str, str | None]:
+    """The CUDA that ONNX Runtime was built for, and the cuDNN and TensorRT installed here.
+
+    Returns:
+        ``{"cuda", "cudnn", "tensorrt"}``; ``None`` where absent (any CPU build of ONNX
+        Runtime; a cuDNN or TensorRT that did not come from pip's NVIDIA wheels). Imports
+        ``onnxruntime``, for its build information.
+    """
+    from onnxruntime.capi import build_and_package_info as build
+
+    versions: dict[str, str | None] = {"cuda": getattr(build, "cuda_version", None)}
+    for library, distributions in _GPU_LIBRARIES.items():
+        versions[library] = next(filter(None, map(_version, distributions)), None)
+    return versions
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None

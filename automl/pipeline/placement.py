@@ -86,26 +86,32 @@ def placement_counts(placements: Sequence[NodePlacement]) -> dict[str, int]:
     return dict(sorted(Counter(p.provider for p in placements).items()))
 
 
-def check_placement(placements: Sequence[NodePlacement], provider: str) -> dict[str, int]:
-    """Fail unless every compute node runs on ``provider``.
+def check_placement(
+    placements: Sequence[NodePlacement], provider: str, placed_ops: Sequence[str] = ()
+) -> dict[str, int]:
+    """Fail unless every compute node, and every node of ``placed_ops``, runs on ``provider``.
 
     Args:
         placements: A session's nodes (see :func:`node_placements`).
         provider: The provider the target measures, its first execution provider.
+        placed_ops: More operators that must run there (a backend's ``placed_ops``: Q/DQ on
+            TensorRT).
 
     Returns:
         Nodes per provider (see :func:`placement_counts`), for the trial's environment.
 
     Raises:
-        TrialFailed: Some compute nodes (see :func:`is_compute`) run on another provider. The
+        TrialFailed: Some of those nodes (see :func:`is_compute`) run on another provider. The
             message names the nodes, their operators and providers.
     """
-    stray = [p for p in placements if is_compute(p.op_type) and p.provider != provider]
+    placed = [p for p in placements if is_compute(p.op_type) or p.op_type in placed_ops]
+    stray = [p for p in placed if p.provider != provider]
     if stray:
         shown = ", ".join(f"{p.op_type} {p.name!r} on {p.provider}" for p in stray[:_SHOWN_NODES])
         more = f" and {len(stray) - _SHOWN_NODES} more" if len(stray) > _SHOWN_NODES else ""
+        kind = " or ".join(("compute", *placed_ops))
         raise TrialFailed(
-            f"{len(stray)} compute node(s) do not run on {provider}: {shown}{more}. Its "
+            f"{len(stray)} {kind} node(s) do not run on {provider}: {shown}{more}. Its "
             "latency would not be the target's; this provider lacks kernels for this graph "
             "(a quantization method the target should not list?)"
         )

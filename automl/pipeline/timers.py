@@ -37,6 +37,7 @@ from automl.pipeline._ort import (
     input_name,
     make_session,
 )
+from automl.pipeline.ort_packages import gpu_runtime_versions
 from automl.pipeline.placement import check_placement, node_placements
 from automl.targets import require_present
 from automl.targets.presence import gpu_identity
@@ -228,7 +229,7 @@ def _session_on(
             f"session runs the model on {provider}{hint}. Latency is never measured on another "
             "provider instead."
         )
-    placement = check_placement(node_placements(session), wanted)
+    placement = check_placement(node_placements(session), wanted, backend.placed_ops)
     options = session.get_provider_options().get(wanted)
     env = env_fingerprint(provider, target.intra_op_threads, target, placement, options)
     return session, env | {"backend": backend.name}
@@ -255,7 +256,8 @@ def env_fingerprint(
         ORT version, provider, threads, CPU model, logical cores, Python version, platform,
         target name and, when given, ``placement``. A cuda target adds its GPU's name, index,
         UUID and driver version (see :func:`automl.targets.presence.gpu_identity`; ``None``
-        where ``nvidia-smi`` cannot tell) and ``tf32``: whether fp32 ran as TF32 (``None``
+        where ``nvidia-smi`` cannot tell), the CUDA, cuDNN and TensorRT versions (see
+        :func:`automl.pipeline.ort_packages.gpu_runtime_versions`) and ``tf32``: whether fp32 ran as TF32 (``None``
         when the options do not say).
     """
     env: dict[str, Any] = {
@@ -273,6 +275,7 @@ def env_fingerprint(
         env["gpu"] = gpu.get("name")
         env |= {f"gpu_{key}": gpu.get(key) for key in ("index", "uuid")}
         env["driver"] = gpu.get("driver")
+        env |= gpu_runtime_versions()
         use_tf32 = (provider_options or {}).get("use_tf32")
         env["tf32"] = None if use_tf32 is None else use_tf32 != "0"
     if placement is not None:

@@ -5,12 +5,15 @@ A CUDA target lists the exact ``nvidia-smi --query-gpu=name`` models it measures
 "A100" must not take an "RTX A1000", nor "H200" a "GH200 480GB". A MIG slice is refused even
 when its parent is a listed model: it has a fraction of the GPU's SMs and memory bandwidth, so
 its latencies are not the target's. ONNX Runtime is imported only once a CUDA target's GPU
-has been found, to ask for its providers.
+has been found, to ask for its providers, and a provider that needs libraries of its own
+(TensorRT's libnvinfer) is counted only once a tiny session has started on it.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
+from functools import cache
 from typing import TYPE_CHECKING
 
 from automl.errors import TargetUnavailable
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     from automl.targets._registry import Target
 
 _STORAGE_HINT = "postgresql://USER@HOST/DB"
+# Loads libraries of its own (libnvinfer) only when a session starts.
+_TRT = "TensorrtExecutionProvider"
 
 
 def gpu_identity(target: Target) -> dict[str, str] | None:
@@ -118,7 +123,7 @@ def runtime_refusal(
     scope = f" {', '.join(runs)} on" if runs else ""
     return (
         f"target {target.name!r} measures{scope} ONNX Runtime's {backend.provider} (backend "
-        f"{backend.name}), which the installed ONNX Runtime lacks (it has "
+        f"{backend.name}), which the installed ONNX Runtime lacks or cannot start (it has "
         f"{', '.join(providers) or 'none'}): {fix}"
     )
 
@@ -181,7 +186,39 @@ def require_present(target: Target, methods: Sequence[str] = ()) -> None:
 
 
 def _ort_providers() -> list[str]:
-    """The execution providers of the ONNX Runtime installed here (imported only now)."""
+    """The execution providers of the ONNX Runtime here that can start (imported only now).
+
+    ``get_available_providers()`` lists the providers a build has. ONNX Runtime loads
+    TensorRT's own libraries only when a session starts, and a session whose TensorRT cannot
+    load goes on without it, so TensorRT is counted only when :func:`provider_starts` says so.
+    """
     import onnxruntime
 
-    return list(onnxruntime.get_available_providers())
+    providers = list(onnxruntime.get_available_providers())
+    return [p for p in providers if p != _TRT or provider_starts(p)]
+
+
+@cache
+def provider_starts(provider: str) -> bool:
+    """Whether a one-node session registers ``provider`` (once per process).
+
+    A provider missing from the build, or one whose libraries fail to load, leaves the
+    session on another provider: ONNX Runtime warns and goes on, and this says ``False``.
+    """
+    import onnx
+    import onnxruntime
+
+    x, y = (onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 8]) for n in "xy")
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # a provider that cannot load logs an error: expected here
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "not in available provider names"
+            session = onnxruntime.InferenceSession(
+                model.SerializeToString(), options, providers=[provider]
+            )
+    except Exception:
+        return False
+    return provider in session.get_providers()

@@ -3,8 +3,9 @@
 Entries are files named by a hash of everything that determines them (architecture, training
 settings, data fingerprint, seed, pruning ratio, bit-width). Writes go to a temporary file in
 the same folder and are renamed into place, so a reader never sees half an entry and two
-workers writing the same key both leave a whole one. Least recently used entries are evicted
-past ``max_bytes``.
+workers writing the same key both leave a whole one. TensorRT's engine folders are published
+the same way, whole (see :meth:`StageCache.engine_folder`). Least recently used entries, engine
+folders among them, are evicted past ``max_bytes``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 logger = logging.getLogger("automl.trials.stage_cache")
 _TMP = ".tmp-"
 _ORPHAN_AGE_S = 3600  # a temporary file this old belongs to no running writer
-_ENGINES = "tensorrt"  # the folder of TensorRT engines and timing caches
+_ENGINES = "tensorrt"  # the kind of a folder of TensorRT engines and timing cache
 
 
 def content_key(*parts: object) -> str:
@@ -38,16 +41,31 @@ class StageCache:
         self.max_bytes = max_bytes
         self.root.mkdir(parents=True, exist_ok=True)
 
-    @property
-    def engine_dir(self) -> Path:
-        """Where TensorRT keeps its engines and timing caches; never evicted by size.
+    @contextmanager
+    def engine_folder(self, key: str) -> Iterator[Path]:
+        """A folder for TensorRT's engines and timing cache of one graph at one batch.
 
-        TensorRT names an engine by the graph's node names, not its weights: each graph gets a
-        folder of its own under it (see :func:`automl.trials.trial.run_trial`).
+        A published folder is only read (and marked recently used). Otherwise TensorRT builds
+        into a private folder, renamed into place when the block ends without an error, so
+        that no worker ever reads a half-written engine; where another worker published first,
+        its folder is kept and this one dropped.
+
+        Args:
+            key: The graph's content and its serving batch (see :func:`content_key`): TensorRT
+                names an engine by the graph's node names, not its weights or shapes.
         """
-        folder = self.root / _ENGINES
-        folder.mkdir(exist_ok=True)
-        return folder
+        final = self.path(_ENGINES, key, "")
+        if self.get(_ENGINES, key, "") is not None:
+            yield final
+            return
+        private = Path(tempfile.mkdtemp(dir=self.root, prefix=_TMP))
+        try:
+            yield private
+            with suppress(OSError):  # another worker's folder is already there
+                private.rename(final)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        self._evict_logged()
 
     def path(self, kind: str, key: str, suffix: str) -> Path:
         """Where the entry lives, whether or not it exists."""
@@ -81,11 +99,14 @@ class StageCache:
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
             return None
+        self._evict_logged()
+        return final
+
+    def _evict_logged(self) -> None:
         try:
             self._evict()
         except OSError as e:  # e.g. a file another host holds open on a network share
             logger.warning("stage cache: eviction stopped: %s", e)
-        return final
 
     def _evict(self) -> None:
         entries = []
@@ -94,16 +115,28 @@ class StageCache:
                 stat = path.stat()
             except FileNotFoundError:
                 continue  # evicted by another worker meanwhile
-            if path.name == _ENGINES:
-                continue
             if path.name.startswith(_TMP):
                 if time.time() - stat.st_mtime > _ORPHAN_AGE_S:  # its writer was killed
-                    path.unlink(missing_ok=True)
+                    _remove(path)
                 continue
-            entries.append((stat.st_mtime, stat.st_size, path))
+            entries.append((stat.st_mtime, _size(path, stat), path))
         total = sum(size for _, size, _ in entries)
         for _, size, path in sorted(entries):
             if total <= self.max_bytes:
                 break
-            path.unlink(missing_ok=True)
+            _remove(path)
             total -= size
+
+
+def _size(path: Path, stat: os.stat_result) -> int:
+    """Bytes of a file, or of the files in an engine folder."""
+    if not path.is_dir():
+        return stat.st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

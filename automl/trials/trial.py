@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from automl.pipeline.backends import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
 from automl.pipeline.timers import backend_session
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
+from automl.trials.stage_cache import content_key
 from automl.trials.stages import CachedStages, timed
 
 if TYPE_CHECKING:
@@ -96,11 +99,13 @@ def run_trial(
     )
     timings = dict.fromkeys(STAGES, 0.0)
     quantized, onnx_diff, built = stages.quantized(timings)
-    (evaluation, test_evaluation), latency = evaluate_and_measure(
-        quantized.path, target, data, candidate.batch_size, timings=timings,
-        budgets=latency_budgets(constraints, candidate.batch_size), method=quantized.method,
-        engine_dir=_engines_of(quantized.path, cache),
-    )  # fmt: skip
+    engines = _engine_folder(quantized.path, candidate.batch_size, target, quantized.method, cache)
+    with engines as engine_dir:
+        (evaluation, test_evaluation), latency = evaluate_and_measure(
+            quantized.path, target, data, candidate.batch_size, timings=timings,
+            budgets=latency_budgets(constraints, candidate.batch_size), method=quantized.method,
+            engine_dir=engine_dir,
+        )  # fmt: skip
     metrics = {
         "accuracy": evaluation.accuracy,
         "test_accuracy": test_evaluation.accuracy,
@@ -144,8 +149,8 @@ def evaluate_and_measure(
     batch_size: int,
     *,
     timings: dict[str, float],
+    method: str,
     budgets: Sequence[LatencyBudget] = (),
-    method: str = "fp32",
     engine_dir: Path | None = None,
 ) -> tuple[tuple[Evaluation, Evaluation], Latency]:
     """Accuracy of an ONNX model at the serving batch, then its latency.
@@ -166,8 +171,8 @@ def evaluate_and_measure(
             fed to the timed runs.
         batch_size: The serving batch.
         timings: Seconds of ``evaluate`` and ``latency`` are added here.
-        budgets: Latency budgets that stop the timing early (see :class:`LatencyBudget`).
         method: The graph's quantization method; it picks the target's backend.
+        budgets: Latency budgets that stop the timing early (see :class:`LatencyBudget`).
         engine_dir: Where TensorRT keeps its engines (the stage cache's).
     """
     with timed(timings, "evaluate"):
@@ -203,8 +208,8 @@ def _baseline(
 
     def measure(path: Path, batch: int) -> tuple[float, float]:
         (val, _), latency = evaluate_and_measure(
-            path, target, data, batch, timings=dict.fromkeys(STAGES, 0.0)
-        )
+            path, target, data, batch, timings=dict.fromkeys(STAGES, 0.0), method="fp32"
+        )  # the baseline is the unquantized graph
         return val.accuracy, latency.per_sample_ms
 
     return measure_baseline(stages, batch_size, timings, measure, own)
@@ -229,10 +234,12 @@ def _torch_device(target: Target) -> str:
     return "cpu"
 
 
-def _engines_of(model_path: Path, cache: StageCache | None) -> Path | None:
-    """TensorRT's cache folder for this graph alone: TensorRT names engines by node names and
-    the model's file name, not by weights or shapes, so graphs never share a folder."""
-    if cache is None:
-        return None
-    digest = hashlib.sha256(model_path.read_bytes()).hexdigest()[:32]
-    return cache.engine_dir / digest
+def _engine_folder(
+    model_path: Path, batch_size: int, target: Target, method: str, cache: StageCache | None
+) -> AbstractContextManager[Path | None]:
+    """TensorRT's engine folder for this graph at this batch, from the stage cache (see
+    :meth:`StageCache.engine_folder`); none without a cache or off TensorRT."""
+    if cache is None or TRT not in target.backend_for(method).providers:
+        return nullcontext()
+    digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
+    return cache.engine_folder(content_key(digest, batch_size))

@@ -37,8 +37,9 @@ def test_the_cuda_backend_runs_fp32_without_tf32() -> None:
     ("method", "flags"),
     [
         ("fp16", {"trt_fp16_enable": "True"}),
-        ("int8-trt", {"trt_int8_enable": "True"}),
-        ("fp8-trt", {}),  # explicit FP8 QDQ: compiled as written
+        # Explicit QDQ is compiled as written; the layers outside Q/DQ pairs may run in fp16.
+        ("int8-trt", {"trt_int8_enable": "True", "trt_fp16_enable": "True"}),
+        ("fp8-trt", {"trt_fp16_enable": "True"}),
     ],
 )
 def test_tensorrt_builds_each_method_with_its_flags_and_caches_engines(tmp_path, method, flags):

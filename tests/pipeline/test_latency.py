@@ -89,8 +89,8 @@ def test_measures_onnxruntime_on_cpu(onnx_model: Path, samples: np.ndarray) -> N
     cpu = load_target("cpu")
 
     limits = {"min_runs": 100, "max_seconds": 1.0, "min_seconds": 1.0}
-    one = measure_latency(onnx_model, cpu, samples, 1, **limits)
-    many = measure_latency(onnx_model, cpu, samples, 64, **limits)
+    one = measure_latency(onnx_model, cpu, samples, 1, **limits, method="fp32")
+    many = measure_latency(onnx_model, cpu, samples, 64, **limits, method="fp32")
 
     for lat in (one, many):
         assert 0 < lat.p50_ms <= lat.p90_ms <= lat.p99_ms
@@ -111,7 +111,9 @@ def test_an_open_session_is_timed_with_the_warm_up_asked(
     warm_ups = []
     monkeypatch.setattr(latency_module, "_warm_up", lambda run_once, runs: warm_ups.append(runs))
 
-    lat = measure_latency(session, load_target("cpu"), samples, 8, warmup_runs=1, min_runs=10)
+    lat = measure_latency(
+        session, load_target("cpu"), samples, 8, warmup_runs=1, min_runs=10, method="fp32"
+    )
 
     assert warm_ups == [1]
     assert lat.runs >= 10 and lat.provider == "CPUExecutionProvider"
@@ -173,8 +175,10 @@ def test_a_run_within_the_budget_keeps_the_candidate_timed() -> None:
 def test_a_model_over_budget_is_measured_briefly(onnx_model: Path, samples: np.ndarray) -> None:
     budget = LatencyBudget(ms=1e-6, quantile=0.99)  # no model runs in a nanosecond
 
-    lat = measure_latency(onnx_model, load_target("cpu"), samples, 8, budgets=[budget])
-    within = measure_latency(onnx_model, load_target("cpu"), samples, 8, min_runs=10)
+    lat = measure_latency(
+        onnx_model, load_target("cpu"), samples, 8, budgets=[budget], method="fp32"
+    )
+    within = measure_latency(onnx_model, load_target("cpu"), samples, 8, min_runs=10, method="fp32")
 
     assert lat.over_budget and not lat.converged
     assert lat.runs == latency_module._FEWEST_OVER_BUDGET
@@ -200,6 +204,7 @@ def test_stops_at_max_runs(onnx_model: Path, samples: np.ndarray) -> None:
         min_runs=5,
         max_runs=5,
         rel_ci=0.0,
+        method="fp32",
     )
 
     assert lat.runs == 5
@@ -208,12 +213,12 @@ def test_stops_at_max_runs(onnx_model: Path, samples: np.ndarray) -> None:
 
 def test_rejects_bad_batch_size(onnx_model: Path, samples: np.ndarray) -> None:
     with pytest.raises(SpecError):
-        measure_latency(onnx_model, load_target("cpu"), samples, 0)
+        measure_latency(onnx_model, load_target("cpu"), samples, 0, method="fp32")
 
 
 def test_absent_gpu_raises_before_any_work(tmp_path: Path, samples: np.ndarray) -> None:
     with pytest.raises(TargetUnavailable, match="automl worker --target a100"):
-        measure_latency(tmp_path / "missing.onnx", load_target("a100"), samples, 1)
+        measure_latency(tmp_path / "missing.onnx", load_target("a100"), samples, 1, method="fp32")
 
 
 def test_a_session_off_the_target_s_provider_is_refused_never_timed(
@@ -224,9 +229,9 @@ def test_a_session_off_the_target_s_provider_is_refused_never_timed(
     session = make_session(onnx_model, load_target("h100").execution_providers, 1)
 
     with pytest.raises(TargetUnavailable, match="runs the model on CPUExecutionProvider"):
-        measure_latency(session, load_target("h100"), samples, 1)
+        measure_latency(session, load_target("h100"), samples, 1, method="fp32")
     with pytest.raises(TargetUnavailable, match="make install-gpu"):
-        latency_module.ort_run_timer(session, load_target("h100"), samples, 1)
+        latency_module.ort_run_timer(session, load_target("h100"), samples, 1, method="fp32")
 
 
 def test_a_cuda_environment_records_tf32_and_the_gpu_and_a_cpu_one_does_not() -> None:
@@ -235,10 +240,11 @@ def test_a_cuda_environment_records_tf32_and_the_gpu_and_a_cpu_one_does_not() ->
     cpu = timers_module.env_fingerprint("CPUExecutionProvider", 1, load_target("cpu"), {})
 
     assert env["tf32"] is False and env["onnxruntime"] == ort.__version__
-    assert {"gpu", "gpu_index", "gpu_uuid", "driver"} <= env.keys()  # None without nvidia-smi
+    gpu_keys = {"gpu", "gpu_index", "gpu_uuid", "driver", "cuda", "cudnn", "tensorrt"}
+    assert gpu_keys <= env.keys()  # None without nvidia-smi and NVIDIA's wheels
     tf32 = {"use_tf32": "1", "device_id": "0"}
     assert timers_module.env_fingerprint(cuda, 1, load_target("a100"), None, tf32)["tf32"]
-    assert cpu.keys() == env.keys() - {"tf32", "gpu", "gpu_index", "gpu_uuid", "driver"}
+    assert cpu.keys() == env.keys() - gpu_keys - {"tf32"}
     assert cpu.keys() == {  # as before GPUs were described
         *("target", "onnxruntime", "provider", "intra_op_threads", "cpu_model"),
         *("logical_cores", "python", "platform", "placement"),
@@ -248,7 +254,9 @@ def test_a_cuda_environment_records_tf32_and_the_gpu_and_a_cpu_one_does_not() ->
 def test_a_run_timer_times_one_run_of_the_warm_model_at_a_time(
     onnx_model: Path, samples: np.ndarray
 ) -> None:
-    run_once, env = latency_module.ort_run_timer(onnx_model, load_target("cpu"), samples, 8)
+    run_once, env = latency_module.ort_run_timer(
+        onnx_model, load_target("cpu"), samples, 8, method="fp32"
+    )
 
     times = [run_once() for _ in range(20)]
 
@@ -258,9 +266,13 @@ def test_a_run_timer_times_one_run_of_the_warm_model_at_a_time(
 
 def test_a_run_timer_needs_the_target_and_a_batch(tmp_path: Path, samples: np.ndarray) -> None:
     with pytest.raises(TargetUnavailable, match="automl worker --target a100"):
-        latency_module.ort_run_timer(tmp_path / "missing.onnx", load_target("a100"), samples, 1)
+        latency_module.ort_run_timer(
+            tmp_path / "missing.onnx", load_target("a100"), samples, 1, method="fp32"
+        )
     with pytest.raises(SpecError, match="batch_size"):
-        latency_module.ort_run_timer(tmp_path / "missing.onnx", load_target("cpu"), samples, 0)
+        latency_module.ort_run_timer(
+            tmp_path / "missing.onnx", load_target("cpu"), samples, 0, method="fp32"
+        )
 
 
 def test_a_token_model_is_timed_on_int64_ids_at_the_serving_batch(family_data, tmp_path):
@@ -272,7 +284,9 @@ def test_a_token_model_is_timed_on_int64_ids_at_the_serving_batch(family_data, t
     arch = ArchConfig("transformer", 16, 1, heads=2)
     model = build_model(arch, data.input_shape, data.num_classes, vocab_size=data.vocab_size)
     path = export_onnx(model.eval(), data.x_test[:8], tmp_path / "t.onnx").path
-    result = measure_latency(path, load_target("cpu"), data.x_test, 8, min_runs=10, max_runs=20)
+    result = measure_latency(
+        path, load_target("cpu"), data.x_test, 8, min_runs=10, max_runs=20, method="fp32"
+    )
     assert result.batch_size == 8 and result.runs >= 10 and result.p50_ms > 0
     with pytest.raises(SpecError, match="do not mix"):
-        measure_latency(path, load_target("cpu"), data.x_test.astype(np.float32), 8)
+        measure_latency(path, load_target("cpu"), data.x_test.astype(np.float32), 8, method="fp32")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import onnxruntime as ort
 import pytest
 
 from automl.errors import AutomlError
 from automl.pipeline.ort_packages import (
     check_single_ort,
+    gpu_runtime_versions,
     installed_ort_builds,
     require_single_ort,
 )
@@ -56,3 +58,20 @@ def test_the_check_imports_neither_onnxruntime_nor_torch() -> None:
     ).stdout
 
     assert out.strip() == "[]"
+
+
+def test_gpu_library_versions_come_from_their_installed_wheels(tmp_path, monkeypatch) -> None:
+    # A dist-info folder is what pip leaves: importlib.metadata reads it as an installed wheel.
+    cudnn = tmp_path / "nvidia_cudnn_cu13-9.13.0.50.dist-info"
+    cudnn.mkdir()
+    (cudnn / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: nvidia-cudnn-cu13\nVersion: 9.13.0.50\n"
+    )
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    versions = gpu_runtime_versions()
+
+    assert versions["cudnn"] == "9.13.0.50"  # the first on sys.path, as for an import
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        assert versions["cuda"] is None  # a CPU build was built for no CUDA

@@ -13,7 +13,7 @@ import pytest
 from automl.errors import AutomlError, TrialFailed
 from automl.pipeline import backends as backends_module
 from automl.pipeline._ort import make_session
-from automl.pipeline.backends import Backend
+from automl.pipeline.backends import Backend, get_backend
 from automl.pipeline.latency import measure_latency
 from automl.pipeline.placement import (
     NodePlacement,
@@ -83,6 +83,17 @@ def test_a_long_list_of_stray_nodes_is_cut() -> None:
         check_placement(placements, "TensorrtExecutionProvider")
 
 
+def test_on_tensorrt_q_dq_nodes_must_run_there_too() -> None:
+    # A Q/DQ pair that TensorRT did not take runs as fake quantization on the CUDA provider.
+    trt, cuda = "TensorrtExecutionProvider", "CUDAExecutionProvider"
+    placements = [NodePlacement(trt, "Conv", "conv"), NodePlacement(cuda, "QuantizeLinear", "q")]
+    qdq = get_backend("ort-tensorrt").placed_ops
+
+    assert check_placement(placements, trt) == {cuda: 1, trt: 1}
+    with pytest.raises(TrialFailed, match=r"^1 compute or QuantizeLinear or DequantizeLinear "):
+        check_placement(placements, trt, qdq)
+
+
 def test_counts_are_per_provider() -> None:
     placements = [
         NodePlacement("CUDAExecutionProvider", "Conv", "a"),
@@ -119,11 +130,13 @@ def test_the_registered_provider_is_not_where_nodes_run(digits, exported_models,
     assert session.get_providers()[0] == "AzureExecutionProvider"
 
     with pytest.raises(TrialFailed, match=r"Gemm '/features/features\.1/Gemm' on CPU"):
-        measure_latency(session, target, digits.x_test, 1, min_runs=10)
+        measure_latency(session, target, digits.x_test, 1, min_runs=10, method="fp32")
 
 
 def test_a_measurement_records_its_placement(digits, exported_models) -> None:
-    lat = measure_latency(exported_models["cnn"], load_target("cpu"), digits.x_test, 1)
+    lat = measure_latency(
+        exported_models["cnn"], load_target("cpu"), digits.x_test, 1, method="fp32"
+    )
 
     assert lat.env["placement"] == {CPU: 7}  # 2 × (Conv, Relu), pool, Flatten, Gemm
 

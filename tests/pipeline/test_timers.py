@@ -66,7 +66,7 @@ def test_bound_runs_give_the_outputs_of_session_run(model_path: Path, rows: np.n
 
 
 def test_a_cpu_measurement_is_host_to_host(model_path: Path, rows: np.ndarray) -> None:
-    latency = measure_latency(model_path, load_target("cpu"), rows, 4, max_runs=60)
+    latency = measure_latency(model_path, load_target("cpu"), rows, 4, max_runs=60, method="fp32")
 
     assert (latency.backend, latency.timing) == ("ort-cpu", "host")
     assert latency.end_to_end_p50_ms == latency.p50_ms
@@ -76,7 +76,7 @@ def test_a_cpu_measurement_is_host_to_host(model_path: Path, rows: np.ndarray) -
 def test_a_device_resident_backend_reports_both_figures(
     model_path: Path, rows: np.ndarray, bound_cpu: Target
 ) -> None:
-    latency = measure_latency(model_path, bound_cpu, rows, 4, max_runs=60)
+    latency = measure_latency(model_path, bound_cpu, rows, 4, max_runs=60, method="fp32")
 
     assert (latency.backend, latency.timing) == ("ort-cpu-bound", "device-resident")
     assert latency.end_to_end_p50_ms > 0 and latency.runs > 0

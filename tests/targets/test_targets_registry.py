@@ -21,7 +21,7 @@ from automl.targets import (
 )
 from automl.targets._registry import _parse_target
 from automl.targets.nvidia_smi import parse_gpu_identities, parse_gpu_query
-from automl.targets.presence import gpu_identity, runtime_refusal
+from automl.targets.presence import gpu_identity, provider_starts, runtime_refusal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -383,3 +383,11 @@ def test_a_gpu_host_without_onnxruntime_gpu_is_refused_naming_the_fix(tmp_path, 
     with pytest.raises(TargetUnavailable, match=r"lacks .*: run `make install-gpu`") as excinfo:
         require_present(a100)
     assert "\n" not in str(excinfo.value)
+
+
+def test_a_provider_counts_only_once_a_session_starts_on_it() -> None:
+    # TensorRT's provider loads libnvinfer only when a session starts; one that cannot start
+    # leaves the session on another provider, and is not counted (this build lacks it).
+    assert provider_starts("CPUExecutionProvider")
+    assert not provider_starts("TensorrtExecutionProvider")
+    assert not provider_starts("NoSuchExecutionProvider")

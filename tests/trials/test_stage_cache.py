@@ -4,6 +4,8 @@ import os
 import threading
 import time
 
+import pytest
+
 from automl.candidate import ArchConfig, TrainConfig
 from automl.trials.stage_cache import StageCache, content_key
 
@@ -61,3 +63,60 @@ def test_a_failed_write_is_logged_and_leaves_nothing_behind(tmp_path, caplog):
     cache.put("train", "k", ".pt", source)
     # An hour-old temporary file had a killed writer; a fresh one may still be written.
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [fresh.name, "train-k.pt"]
+
+
+def _entries(cache: StageCache) -> list[str]:
+    return sorted(p.name for p in cache.root.iterdir())
+
+
+def test_an_engine_folder_is_published_whole_then_only_read(tmp_path):
+    cache = StageCache(tmp_path, max_bytes=10**6)
+
+    with cache.engine_folder("g1") as building:
+        assert building.name.startswith(".tmp-")  # private while TensorRT writes into it
+        (building / "model.engine").write_bytes(b"x" * 100)
+        assert _entries(cache) == [building.name]
+
+    assert _entries(cache) == ["tensorrt-g1"]
+    with cache.engine_folder("g1") as published:
+        assert published == tmp_path / "tensorrt-g1"
+        assert (published / "model.engine").read_bytes() == b"x" * 100
+
+
+def test_a_failed_build_publishes_nothing(tmp_path):
+    cache = StageCache(tmp_path, max_bytes=10**6)
+
+    with (
+        pytest.raises(RuntimeError, match="engine build failed"),
+        cache.engine_folder("g1") as building,
+    ):
+        (building / "model.engine").write_bytes(b"half")
+        raise RuntimeError("engine build failed")
+
+    assert _entries(cache) == []
+
+
+def test_the_first_worker_to_publish_keeps_its_engines(tmp_path):
+    cache = StageCache(tmp_path, max_bytes=10**6)
+
+    with cache.engine_folder("g1") as slow:
+        (slow / "model.engine").write_bytes(b"slow")
+        with cache.engine_folder("g1") as fast:
+            (fast / "model.engine").write_bytes(b"fast")
+
+    assert _entries(cache) == ["tensorrt-g1"]
+    assert (tmp_path / "tensorrt-g1" / "model.engine").read_bytes() == b"fast"
+
+
+def test_engine_folders_are_evicted_by_size_like_any_entry(tmp_path):
+    cache = StageCache(tmp_path, max_bytes=250)
+    with cache.engine_folder("old") as building:
+        (building / "model.engine").write_bytes(b"x" * 200)
+    past = time.time() - 60
+    os.utime(tmp_path / "tensorrt-old", (past, past))
+    source = tmp_path.parent / f"{tmp_path.name}-source.bin"
+    source.write_bytes(b"y" * 100)
+
+    cache.put("onnx", "new", ".onnx", source)  # 300 bytes in all: the oldest goes
+
+    assert _entries(cache) == ["onnx-new.onnx"]

@@ -1,0 +1,33 @@
+"""The prepared GPU check, run where no GPU is: it must still check the recipes, and say so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="a GPU build: run it there"
+)
+def test_without_a_gpu_it_checks_the_recipes_on_the_cpu_and_exits_2(tmp_path) -> None:
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_check", "--no-study", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    report = json.loads(out.read_text())
+    status = {c["name"]: c["status"] for c in report["checks"]}
+    assert done.returncode == 2 == report["exit_status"], done.stdout + done.stderr
+    assert "fail" not in status.values(), report["checks"]
+    assert status["TensorrtExecutionProvider starts"] == "missing"
+    methods = {row["method"] for row in report["methods"]}
+    assert methods == {"fp32", "fp16", "int8-trt", "fp8-trt"}  # every recipe, on the CPU
+    assert report["environment"]["trial_versions"].keys() == {"cuda", "cudnn", "tensorrt"}
