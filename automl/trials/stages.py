@@ -70,9 +70,11 @@ class CachedStages:
         if self.trained is not None:
             self.train_key = content_key("trained", self.trained.factory, self.trained.digest)
         else:
-            self.train_key = content_key("train", c.arch, c.train, self.data.fingerprint, self.seed)
-        # Without pruning there is no fine-tune: its settings change nothing.
-        finetune = self.finetune if c.pruning_ratio > 0 else None
+            self.train_key = content_key(
+                "train", c.arch, c.train, self.data.fingerprint, self.seed, self.device
+            )  # a GPU trains other weights than the CPU does, from the same seed
+        # Without pruning there is no fine-tune: its settings and device change nothing.
+        finetune = (self.finetune, self.device) if c.pruning_ratio > 0 else None
         self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, finetune)
         self.export_key = content_key("export", self.prune_key, OPSET)
         self.method = c.quant_method

@@ -13,9 +13,11 @@ import torch
 from automl.pipeline.backends import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
+from automl.pipeline.ort_packages import gpu_runtime_versions
 from automl.pipeline.timers import backend_session
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
+from automl.targets.presence import gpu_identity
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
 from automl.trials.stage_cache import content_key
 from automl.trials.stages import CachedStages, timed
@@ -237,9 +239,13 @@ def _torch_device(target: Target) -> str:
 def _engine_folder(
     model_path: Path, batch_size: int, target: Target, method: str, cache: StageCache | None
 ) -> AbstractContextManager[Path | None]:
-    """TensorRT's engine folder for this graph at this batch, from the stage cache (see
-    :meth:`StageCache.engine_folder`); none without a cache or off TensorRT."""
+    """TensorRT's engine folder for this graph at this batch, GPU model and TensorRT version,
+    from the stage cache (see :meth:`StageCache.engine_folder`); none without a cache or off
+    TensorRT. An engine runs only on the GPU model and TensorRT version that built it."""
     if cache is None or TRT not in target.backend_for(method).providers:
         return nullcontext()
     digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
-    return cache.engine_folder(content_key(digest, batch_size))
+    gpu = (gpu_identity(target) or {}).get("name")
+    return cache.engine_folder(
+        content_key(digest, batch_size, gpu, gpu_runtime_versions()["tensorrt"])
+    )

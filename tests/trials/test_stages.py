@@ -7,6 +7,7 @@ import pytest
 from automl.candidate import ArchConfig, Candidate
 from automl.targets import load_target
 from automl.trials.stage_cache import StageCache
+from automl.trials.stages import CachedStages
 from automl.trials.trial import run_trial
 
 
@@ -65,3 +66,16 @@ def test_trials_reuse_cached_stages_with_identical_results(digits, tmp_path, bit
     assert uncached.metrics["accuracy"] == other_ratio.metrics["accuracy"]
     other_batch = run(Candidate(**{**candidate.__dict__, "batch_size": 32}), "e")
     assert all(other_batch.reused.values())
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.3])
+def test_weights_trained_on_another_device_are_other_entries(digits, tmp_path, ratio):
+    candidate = Candidate(ArchConfig("mlp", 16, 1), pruning_ratio=ratio, bits=32, batch_size=8)
+
+    def stages(device: str) -> CachedStages:
+        return CachedStages(candidate, digits, tmp_path, 0, 1, device, cache=None)
+
+    cpu, cuda = stages("cpu"), stages("cuda")
+
+    assert cpu.train_key == stages("cpu").train_key != cuda.train_key
+    assert cpu.quant_key != cuda.quant_key  # and so every stage after training

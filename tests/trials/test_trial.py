@@ -11,7 +11,8 @@ from automl.pipeline.evaluate import evaluate
 from automl.pipeline.latency import LatencyBudget
 from automl.search.spec import Constraint, parse_spec
 from automl.targets import load_target
-from automl.trials.trial import latency_budgets, run_trial
+from automl.trials.stage_cache import StageCache
+from automl.trials.trial import _engine_folder, latency_budgets, run_trial
 
 
 def _constraints(*texts: str) -> list[Constraint]:
@@ -102,3 +103,30 @@ def test_a_gpu_trial_without_the_cuda_provider_is_refused_before_training(
     with pytest.raises(TargetUnavailable, match=r"CUDAExecutionProvider.*make install-gpu"):
         run_trial(candidate, load_target("a100"), digits, workdir)
     assert not workdir.exists()  # nothing trained, exported or timed
+
+
+def test_tensorrt_engines_are_kept_per_graph_batch_and_tensorrt_version(
+    tmp_path, monkeypatch
+) -> None:
+    graph = tmp_path / "model.onnx"
+    graph.write_bytes(b"graph")
+    cache = StageCache(tmp_path / "cache", max_bytes=10**6)
+    a100 = load_target("a100")
+
+    def folder(batch: int, method: str = "int8-trt", target=a100):
+        with _engine_folder(graph, batch, target, method, cache) as engines:
+            if engines is not None:
+                (engines / "model.engine").write_bytes(b"engine")
+        return sorted(p.name for p in cache.root.iterdir())
+
+    assert folder(8, target=load_target("cpu"), method="int8-static") == []  # no TensorRT
+    assert folder(8, method="fp32") == []  # the CUDA provider keeps no engines
+    assert len(folder(8)) == 1 and folder(8) == folder(8)  # published once, then read
+    assert len(folder(16)) == 2
+    tensorrt = tmp_path / "site" / "tensorrt_cu13-99.0.dist-info"
+    tensorrt.mkdir(parents=True)
+    (tensorrt / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tensorrt-cu13\nVersion: 99.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tensorrt.parent))
+    assert len(folder(8)) == 3  # another TensorRT builds its own engines
