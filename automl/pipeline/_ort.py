@@ -45,10 +45,13 @@ def make_session(
     """Open an ORT session on the first available of ``providers`` with pinned threads.
 
     The session records which provider runs each node (read it with
-    :func:`automl.pipeline.placement.node_placements`), and its fallback is disabled: ONNX
-    Runtime's Python ``run`` would otherwise retry on the CPU alone after a provider fails,
-    and time the CPU in the target's name. Warnings are logged, among them ORT's "nodes were not
-    assigned to the preferred execution providers".
+    :func:`automl.pipeline.placement.node_placements`), and its fallback is disabled, from its
+    creation on: ONNX Runtime's Python session would otherwise start again on the fallback
+    providers, without their options, when a provider fails to start (a TensorRT engine that
+    does not build, an option it refuses), and its ``run`` would retry on the CPU alone after
+    a provider fails: either would time another provider in the target's name. The error is
+    raised instead. Warnings are logged, among them ORT's "nodes were not assigned to the
+    preferred execution providers".
 
     Args:
         model_path: The ONNX file.
@@ -74,9 +77,9 @@ def make_session(
     options_of = [dict((provider_options or {}).get(p, {})) for p in chosen]
     session = ort.InferenceSession(
         str(model_path), sess_options=options, providers=chosen, provider_options=options_of,
-        disabled_optimizers=list(disabled_optimizers),
+        disabled_optimizers=list(disabled_optimizers), enable_fallback=0,
     )  # fmt: skip
-    session.disable_fallback()
+    session.disable_fallback()  # ONNX Runtime builds without the enable_fallback argument
     return session
 
 

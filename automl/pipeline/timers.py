@@ -49,8 +49,16 @@ if TYPE_CHECKING:
     from automl.pipeline.backends import Backend
     from automl.targets import Target
 
-# ONNX Runtime's own errors (they derive from Exception alone): a session or run it refused.
-ORT_ERRORS = (_state.Fail, _state.RuntimeException, _state.EPFail, _state.NotImplemented)
+# ONNX Runtime's own errors (they derive from Exception alone), and RuntimeError for the C++
+# exceptions of a provider: a session or run it refused.
+ORT_ERRORS = (
+    *(_state.Fail, _state.RuntimeException, _state.EPFail, _state.NotImplemented),
+    *(_state.InvalidArgument, _state.InvalidGraph, _state.EngineError, RuntimeError),
+)
+
+
+class _NoCudaGraph(Exception):
+    """A session that a CUDA graph cannot replay as it is bound."""
 
 
 def host_timer(session: ort.InferenceSession, batch: np.ndarray) -> Callable[[], float]:
@@ -190,16 +198,33 @@ def _bound_runner(
     if backend.device == "cuda" and not isinstance(model, ort.InferenceSession):
         try:
             session, env = _session_on(model, target, backend, method, cache_dir, True)
+            _require_fixed_outputs(session, batch_of[1])
             timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), "cuda")
             timers.device_resident()  # the first run captures the graph, or refuses to
             graph = env | {"timing": "device-resident, cuda-graph"}
             return Runner(timers.device_resident, timers.end_to_end, graph)
-        except ORT_ERRORS as e:  # e.g. a node that is not on the GPU, or a dynamic shape
+        except (*ORT_ERRORS, _NoCudaGraph) as e:  # e.g. a node off the GPU, a dynamic shape
             env = {"cuda_graph_refused": f"{type(e).__name__}: {e}"}
     session, own = _session_on(model, target, backend, method, cache_dir)
     timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), backend.device)
     env = own | env | {"timing": "device-resident"}
     return Runner(timers.device_resident, timers.end_to_end, env)
+
+
+def _require_fixed_outputs(session: ort.InferenceSession, batch_size: int) -> None:
+    """Refuse a CUDA graph where an output would be allocated by ONNX Runtime at each run.
+
+    A graph replays the captured addresses: an output that :func:`bound_timers` cannot
+    preallocate (its shape is known only after the run) may then be written elsewhere than
+    where it is read back.
+    """
+    loose = [
+        o.name
+        for o in session.get_outputs()
+        if _output_shape(o.shape, batch_size) is None or o.type not in ORT_DTYPES
+    ]
+    if loose:
+        raise _NoCudaGraph(f"outputs {', '.join(loose)} have no fixed shape and type")
 
 
 def _session_on(

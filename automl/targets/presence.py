@@ -202,8 +202,8 @@ def _ort_providers() -> list[str]:
 def provider_starts(provider: str) -> bool:
     """Whether a one-node session registers ``provider`` (once per process).
 
-    A provider missing from the build, or one whose libraries fail to load, leaves the
-    session on another provider: ONNX Runtime warns and goes on, and this says ``False``.
+    A provider missing from the build leaves the session on the CPU (ONNX Runtime warns), and
+    one whose libraries fail to load raises (its fallback is off): both say ``False``.
     """
     import onnx
     import onnxruntime
@@ -217,7 +217,7 @@ def provider_starts(provider: str) -> bool:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "not in available provider names"
             session = onnxruntime.InferenceSession(
-                model.SerializeToString(), options, providers=[provider]
+                model.SerializeToString(), options, providers=[provider], enable_fallback=0
             )
     except Exception:
         return False

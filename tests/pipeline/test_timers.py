@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from automl.pipeline import backends as backends_module
+from automl.pipeline import timers as timers_module
 from automl.pipeline._ort import make_session
 from automl.pipeline.backends import CPU, Backend
 from automl.pipeline.latency import measure_latency
@@ -89,3 +90,26 @@ def test_a_backend_is_chosen_by_the_graph_s_method(model_path: Path, rows: np.nd
 
     assert runner.env["backend"] == "ort-cpu" and runner.end_to_end is None
     assert runner.run_once() > 0
+
+
+def test_a_cuda_graph_needs_every_output_at_a_fixed_shape(tmp_path: Path) -> None:
+    # A replay writes where the capture did: an output ONNX Runtime allocates per run is refused.
+    import onnx
+
+    def graph(op: str, out_type: int, out_shape: list) -> Path:
+        x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])
+        y = onnx.helper.make_tensor_value_info("y", out_type, out_shape)
+        nodes = [onnx.helper.make_node(op, ["x"], ["y"])]
+        model = onnx.helper.make_model(
+            onnx.helper.make_graph(nodes, op, [x], [y]),
+            opset_imports=[onnx.helper.make_opsetid("", 17)],
+        )
+        onnx.save(model, tmp_path / f"{op}.onnx")
+        return tmp_path / f"{op}.onnx"
+
+    fixed = graph("Relu", onnx.TensorProto.FLOAT, ["batch", 4])
+    loose = graph("NonZero", onnx.TensorProto.INT64, [2, "nonzero"])  # known after the run
+
+    timers_module._require_fixed_outputs(make_session(fixed, [CPU], 1), 8)
+    with pytest.raises(timers_module._NoCudaGraph, match="outputs y have no fixed shape"):
+        timers_module._require_fixed_outputs(make_session(loose, [CPU], 1), 8)
