@@ -99,15 +99,6 @@ def _run(command: list[str], timeout: float = 30.0) -> str:
         return ""
 
 
-def _version(*distributions: str) -> str | None:
-    for name in distributions:
-        try:
-            return f"{name} {metadata.version(name)}"
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def environment(report: Report) -> dict[str, Any]:
     """Record the machine and its GPU stack, and check that one ORT build with CUDA is here."""
     import onnxruntime as ort
@@ -127,8 +118,7 @@ def environment(report: Report) -> dict[str, Any]:
         "onnxruntime": ort.__version__,
         "ort_providers": ort.get_available_providers(),
         "ort_providers_starting": _providers(),
-        "trial_versions": gpu_runtime_versions(),  # what a trial's environment records
-        "tensorrt": _version("tensorrt-cu13", "tensorrt-cu12", "tensorrt"),
+        "trial_versions": gpu_runtime_versions(),  # CUDA, cuDNN and TensorRT, as trials record
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "targets_present": [t.name for t in list_targets() if is_present(t)],
     }

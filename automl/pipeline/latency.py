@@ -212,7 +212,8 @@ def measure_latency(
     Raises:
         TargetUnavailable: The hardware is absent, or ONNX Runtime here cannot use it.
         TrialFailed: Compute nodes run on a provider other than the backend's (see
-            :func:`automl.pipeline.placement.check_placement`).
+            :func:`automl.pipeline.placement.check_placement`), or ONNX Runtime refused the
+            graph on it (see :func:`automl.pipeline.timers.backend_session`).
         SpecError: ``batch_size``, ``inputs``, ``method`` or the run limits are unusable.
     """
     if not 1 <= min_runs <= max_runs:
@@ -265,7 +266,8 @@ def ort_run_timer(
 
     Raises:
         TargetUnavailable: The hardware is absent, or ONNX Runtime here cannot use it.
-        TrialFailed: Compute nodes run on a provider other than the backend's.
+        TrialFailed: Compute nodes run on a provider other than the backend's, or ONNX
+            Runtime refused the graph on it.
         SpecError: ``batch_size``, ``inputs`` or ``method`` are unusable.
     """
     timer = open_runner(model, target, inputs, batch_size, method, None)

@@ -28,7 +28,7 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _state
 
-from automl.errors import SpecError, TargetUnavailable
+from automl.errors import SpecError, TargetUnavailable, TrialFailed
 from automl.pipeline._ort import (
     ORT_DTYPES,
     UNSAFE_REWRITES,
@@ -145,11 +145,22 @@ def backend_session(
     Its providers and options are the backend's (see :meth:`Backend.provider_options`), its
     threads the target's. The trial evaluates accuracy in this session, so accuracy is the
     deployed runtime's.
+
+    Raises:
+        TrialFailed: ONNX Runtime refused the graph on the backend (its fallback is off, so a
+            provider that fails to start is never replaced by another).
     """
     backend = target.backend_for(method)
     options = backend.provider_options(method, cache_dir, cuda_graph=cuda_graph)
     unsafe = UNSAFE_REWRITES.get(method, ())
-    return make_session(model_path, backend.providers, target.intra_op_threads, options, unsafe)
+    threads = target.intra_op_threads
+    try:
+        return make_session(model_path, backend.providers, threads, options, unsafe)
+    except ORT_ERRORS as e:  # e.g. a TensorRT engine that does not build
+        raise TrialFailed(
+            f"ONNX Runtime could not open this {method} graph on {backend.provider}"
+            f"{' as a CUDA graph' if cuda_graph else ''}: {type(e).__name__}: {e}"
+        ) from e
 
 
 @dataclass(frozen=True)
@@ -203,7 +214,7 @@ def _bound_runner(
             timers.device_resident()  # the first run captures the graph, or refuses to
             graph = env | {"timing": "device-resident, cuda-graph"}
             return Runner(timers.device_resident, timers.end_to_end, graph)
-        except (*ORT_ERRORS, _NoCudaGraph) as e:  # e.g. a node off the GPU, a dynamic shape
+        except (*ORT_ERRORS, _NoCudaGraph, TrialFailed) as e:  # e.g. a node off the GPU
             env = {"cuda_graph_refused": f"{type(e).__name__}: {e}"}
     session, own = _session_on(model, target, backend, method, cache_dir)
     timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), backend.device)

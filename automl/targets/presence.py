@@ -11,8 +11,10 @@ has been found, to ask for its providers, and a provider that needs libraries of
 
 from __future__ import annotations
 
+import logging
 import os
-import warnings
+import subprocess
+import sys
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -29,8 +31,10 @@ from automl.targets.nvidia_smi import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from automl.pipeline.backends import Backend
     from automl.targets._registry import Target
 
+logger = logging.getLogger("automl.targets.presence")
 _STORAGE_HINT = "postgresql://USER@HOST/DB"
 # Loads libraries of its own (libnvinfer) only when a session starts.
 _TRT = "TensorrtExecutionProvider"
@@ -100,7 +104,8 @@ def runtime_refusal(
 
     Args:
         target: The target.
-        providers: ``onnxruntime.get_available_providers()`` of the runtime installed here.
+        providers: The providers of the ONNX Runtime here that can start (those of
+            ``onnxruntime.get_available_providers()``, TensorRT only once a session starts).
         methods: The quantization methods to be measured; each needs the provider of its
             backend (see :meth:`Target.backend_for`). None given: the first backend's. Those
             the target does not run are left to the search space's check, which names them.
@@ -110,9 +115,7 @@ def runtime_refusal(
         missing and the fix.
     """
     methods = [m for m in methods if m in target.methods]
-    needed = list(dict.fromkeys(target.backend_for(m) for m in methods))
-    needed = needed or [get_backend(target.backends[0])]
-    missing = [b for b in needed if b.provider not in providers]
+    missing = [b for b in _needed(target, methods) if b.provider not in providers]
     if not missing:
         return None
     backend = missing[0]
@@ -148,7 +151,9 @@ def is_present(
     gpus = detect_gpu_names() if detected is None else detected
     if not matching_gpus(target, gpus):
         return False
-    return detected is not None or runtime_refusal(target, _ort_providers(), methods) is None
+    if detected is not None:
+        return True
+    return runtime_refusal(target, _ort_providers(target, methods), methods) is None
 
 
 def require_present(target: Target, methods: Sequence[str] = ()) -> None:
@@ -167,7 +172,7 @@ def require_present(target: Target, methods: Sequence[str] = ()) -> None:
     gpus = [] if target.kind == "cpu" else detect_gpu_names()
     if is_present(target, gpus):
         cpu = target.kind == "cpu"
-        refusal = None if cpu else runtime_refusal(target, _ort_providers(), methods)
+        refusal = None if cpu else runtime_refusal(target, _ort_providers(target, methods), methods)
         if refusal:
             raise TargetUnavailable(refusal)
         return
@@ -185,40 +190,60 @@ def require_present(target: Target, methods: Sequence[str] = ()) -> None:
     )
 
 
-def _ort_providers() -> list[str]:
-    """The execution providers of the ONNX Runtime here that can start (imported only now).
+def _needed(target: Target, methods: Sequence[str]) -> list[Backend]:
+    """The backends of ``methods`` on ``target`` (its first backend when none is given)."""
+    needed = dict.fromkeys(target.backend_for(m) for m in methods if m in target.methods)
+    return list(needed) or [get_backend(target.backends[0])]
+
+
+def _ort_providers(target: Target, methods: Sequence[str]) -> list[str]:
+    """The providers of the ONNX Runtime here that can measure ``methods`` (imported only now).
 
     ``get_available_providers()`` lists the providers a build has. ONNX Runtime loads
-    TensorRT's own libraries only when a session starts, and a session whose TensorRT cannot
-    load goes on without it, so TensorRT is counted only when :func:`provider_starts` says so.
+    TensorRT's own libraries only when a session starts, so TensorRT counts only when
+    :func:`provider_starts` says so; that is asked only when a method needs TensorRT.
     """
     import onnxruntime
 
     providers = list(onnxruntime.get_available_providers())
-    return [p for p in providers if p != _TRT or provider_starts(p)]
+    if _TRT in providers and any(_TRT in b.providers for b in _needed(target, methods)):
+        providers = [p for p in providers if p != _TRT or provider_starts(p)]
+    return providers
+
+
+# Run in a child process: a TensorRT session holds a CUDA context on GPU 0 for as long as its
+# process lives, and a provider that cannot load prints to stdout.
+_PROBE = """
+import sys, warnings
+import onnx, onnxruntime as ort
+x, y = (onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 8]) for n in "xy")
+graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+options = ort.SessionOptions()
+options.log_severity_level = 4
+warnings.simplefilter("ignore")  # "not in available provider names"
+session = ort.InferenceSession(
+    model.SerializeToString(), options, providers=[sys.argv[1]], enable_fallback=0
+)
+sys.exit(0 if sys.argv[1] in session.get_providers() else 3)
+"""
 
 
 @cache
 def provider_starts(provider: str) -> bool:
-    """Whether a one-node session registers ``provider`` (once per process).
+    """Whether a one-node session starts on ``provider`` (asked once per process).
 
-    A provider missing from the build leaves the session on the CPU (ONNX Runtime warns), and
-    one whose libraries fail to load raises (its fallback is off): both say ``False``.
+    A provider missing from the build leaves the session on the CPU, and one whose libraries
+    fail to load raises (fallback off): both say ``False``, and the reason is logged.
     """
-    import onnx
-    import onnxruntime
-
-    x, y = (onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 8]) for n in "xy")
-    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 4  # a provider that cannot load logs an error: expected here
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "not in available provider names"
-            session = onnxruntime.InferenceSession(
-                model.SerializeToString(), options, providers=[provider], enable_fallback=0
-            )
-    except Exception:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE, provider], capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        logger.warning("%s: a one-node session did not start within 300 s", provider)
         return False
-    return provider in session.get_providers()
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["registered another provider"])[-1]
+        logger.warning("%s does not start here: %s", provider, why)
+    return done.returncode == 0

@@ -10,6 +10,7 @@ folders among them, are evicted past ``max_bytes``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -43,26 +44,27 @@ class StageCache:
 
     @contextmanager
     def engine_folder(self, key: str) -> Iterator[Path]:
-        """A folder for TensorRT's engines and timing cache of one graph at one batch.
+        """A private folder for TensorRT's engines and timing cache, published whole after.
 
-        A published folder is only read (and marked recently used). Otherwise TensorRT builds
-        into a private folder, renamed into place when the block ends without an error, so
-        that no worker ever reads a half-written engine; where another worker published first,
-        its folder is kept and this one dropped.
+        TensorRT writes its engines into the folder it is given, and rewrites them there when
+        they do not fit (another batch shape, say). So each trial gets a private folder, a
+        copy of the published one where there is one, renamed into place when the block ends
+        without an error if none is published by then. No worker ever reads a half-written
+        engine, and evicting a published folder does not touch the files a trial holds.
 
         Args:
-            key: The graph's content and its serving batch (see :func:`content_key`): TensorRT
-                names an engine by the graph's node names, not its weights or shapes.
+            key: What makes an engine (see :func:`content_key`): the graph's content, its
+                serving batch, the GPU model and the runtime versions. TensorRT names an
+                engine by the graph's node names, not its weights or shapes.
         """
         final = self.path(_ENGINES, key, "")
-        if self.get(_ENGINES, key, "") is not None:
-            yield final
-            return
         private = Path(tempfile.mkdtemp(dir=self.root, prefix=_TMP))
+        if self.get(_ENGINES, key, "") is not None:
+            with suppress(OSError):  # evicted meanwhile: TensorRT builds the engines anew
+                shutil.copytree(final, private, dirs_exist_ok=True)
         try:
             yield private
-            with suppress(OSError):  # another worker's folder is already there
-                private.rename(final)
+            _publish(private, final)
         finally:
             shutil.rmtree(private, ignore_errors=True)
         self._evict_logged()
@@ -128,11 +130,23 @@ class StageCache:
             total -= size
 
 
+def _publish(private: Path, final: Path) -> None:
+    """Rename a private engine folder into place, unless one is there already."""
+    try:
+        private.rename(final)
+    except OSError as e:
+        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):  # not another worker's folder
+            logger.warning("stage cache: %s not stored: %s", final.name, e)
+
+
 def _size(path: Path, stat: os.stat_result) -> int:
-    """Bytes of a file, or of the files in an engine folder."""
+    """Bytes of a file, or of the files in an engine folder (one being removed counts 0)."""
     if not path.is_dir():
         return stat.st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    try:
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    except FileNotFoundError:
+        return 0
 
 
 def _remove(path: Path) -> None:

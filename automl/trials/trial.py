@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import onnxruntime as ort
 import torch
 
 from automl.pipeline.backends import TRT
@@ -239,13 +240,14 @@ def _torch_device(target: Target) -> str:
 def _engine_folder(
     model_path: Path, batch_size: int, target: Target, method: str, cache: StageCache | None
 ) -> AbstractContextManager[Path | None]:
-    """TensorRT's engine folder for this graph at this batch, GPU model and TensorRT version,
-    from the stage cache (see :meth:`StageCache.engine_folder`); none without a cache or off
-    TensorRT. An engine runs only on the GPU model and TensorRT version that built it."""
-    if cache is None or TRT not in target.backend_for(method).providers:
+    """TensorRT's engine folder for this graph from the stage cache (see
+    :meth:`StageCache.engine_folder`); none without a cache or off TensorRT. An engine runs
+    only on the GPU model and the runtime versions that built it, with its builder options."""
+    backend = target.backend_for(method)
+    if cache is None or TRT not in backend.providers:
         return nullcontext()
     digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
     gpu = (gpu_identity(target) or {}).get("name")
-    return cache.engine_folder(
-        content_key(digest, batch_size, gpu, gpu_runtime_versions()["tensorrt"])
-    )
+    runtimes = {"onnxruntime": ort.__version__, **gpu_runtime_versions()}
+    options = backend.provider_options(method)
+    return cache.engine_folder(content_key(digest, batch_size, gpu, runtimes, options))

@@ -23,6 +23,7 @@ def test_without_a_gpu_it_checks_the_recipes_on_the_cpu_and_exits_2(tmp_path) ->
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
+    assert out.exists(), done.stdout + done.stderr
     report = json.loads(out.read_text())
     status = {c["name"]: c["status"] for c in report["checks"]}
     assert done.returncode == 2 == report["exit_status"], done.stdout + done.stderr

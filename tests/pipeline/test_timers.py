@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from automl.errors import TrialFailed
 from automl.pipeline import backends as backends_module
 from automl.pipeline import timers as timers_module
 from automl.pipeline._ort import make_session
@@ -113,3 +114,24 @@ def test_a_cuda_graph_needs_every_output_at_a_fixed_shape(tmp_path: Path) -> Non
     timers_module._require_fixed_outputs(make_session(fixed, [CPU], 1), 8)
     with pytest.raises(timers_module._NoCudaGraph, match="outputs y have no fixed shape"):
         timers_module._require_fixed_outputs(make_session(loose, [CPU], 1), 8)
+
+
+def test_a_graph_onnx_runtime_refuses_fails_the_trial_naming_the_provider(tmp_path: Path) -> None:
+    import onnx
+
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 4])
+    node = onnx.helper.make_node("NoSuchOp", ["x"], ["y"], domain="automl.test")
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph([node], "g", [x], [y]),
+        opset_imports=[
+            onnx.helper.make_opsetid("", 17),
+            onnx.helper.make_opsetid("automl.test", 1),
+        ],
+    )
+    onnx.save(model, tmp_path / "refused.onnx")
+
+    with pytest.raises(
+        TrialFailed, match=r"could not open this fp32 graph on CPUExecutionProvider"
+    ):
+        timers_module.backend_session(tmp_path / "refused.onnx", load_target("cpu"), "fp32")

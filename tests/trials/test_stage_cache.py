@@ -69,7 +69,7 @@ def _entries(cache: StageCache) -> list[str]:
     return sorted(p.name for p in cache.root.iterdir())
 
 
-def test_an_engine_folder_is_published_whole_then_only_read(tmp_path):
+def test_an_engine_folder_is_published_whole_and_each_trial_works_on_a_copy(tmp_path):
     cache = StageCache(tmp_path, max_bytes=10**6)
 
     with cache.engine_folder("g1") as building:
@@ -78,9 +78,13 @@ def test_an_engine_folder_is_published_whole_then_only_read(tmp_path):
         assert _entries(cache) == [building.name]
 
     assert _entries(cache) == ["tensorrt-g1"]
-    with cache.engine_folder("g1") as published:
-        assert published == tmp_path / "tensorrt-g1"
-        assert (published / "model.engine").read_bytes() == b"x" * 100
+    with cache.engine_folder("g1") as reused:
+        assert reused.name.startswith(".tmp-")
+        assert (reused / "model.engine").read_bytes() == b"x" * 100  # no build again
+        (reused / "model.engine").write_bytes(b"rebuilt for another shape")
+
+    assert _entries(cache) == ["tensorrt-g1"]
+    assert (tmp_path / "tensorrt-g1" / "model.engine").read_bytes() == b"x" * 100
 
 
 def test_a_failed_build_publishes_nothing(tmp_path):
