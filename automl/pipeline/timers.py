@@ -293,8 +293,8 @@ def env_fingerprint(
         target name and, when given, ``placement``. A cuda target adds its GPU's name, index,
         UUID and driver version (see :func:`automl.targets.presence.gpu_identity`; ``None``
         where ``nvidia-smi`` cannot tell), the CUDA, cuDNN and TensorRT versions (see
-        :func:`automl.pipeline.ort_packages.gpu_runtime_versions`) and ``tf32``: whether fp32 ran as TF32 (``None``
-        when the options do not say).
+        :func:`automl.pipeline.ort_packages.gpu_runtime_versions`) and ``tf32``: whether fp32
+        ran as TF32 (``None`` when the options do not say).
     """
     env: dict[str, Any] = {
         "target": target.name,

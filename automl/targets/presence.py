@@ -19,7 +19,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from automl.errors import TargetUnavailable
-from automl.pipeline.backends import get_backend
+from automl.pipeline.backends import TRT, get_backend
 from automl.targets.nvidia_smi import (
     MIG,
     detect_gpu_names,
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("automl.targets.presence")
 _STORAGE_HINT = "postgresql://USER@HOST/DB"
-# Loads libraries of its own (libnvinfer) only when a session starts.
-_TRT = "TensorrtExecutionProvider"
 
 
 def gpu_identity(target: Target) -> dict[str, str] | None:
@@ -206,8 +204,8 @@ def _ort_providers(target: Target, methods: Sequence[str]) -> list[str]:
     import onnxruntime
 
     providers = list(onnxruntime.get_available_providers())
-    if _TRT in providers and any(_TRT in b.providers for b in _needed(target, methods)):
-        providers = [p for p in providers if p != _TRT or provider_starts(p)]
+    if TRT in providers and any(TRT in b.providers for b in _needed(target, methods)):
+        providers = [p for p in providers if p != TRT or provider_starts(p)]
     return providers
 
 
