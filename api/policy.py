@@ -45,6 +45,7 @@ def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
         values["n_trials"] = settings.max_n_trials
     if spec.dataset not in BUILTIN_DATASETS:
         values["dataset"] = str(_data_file(spec.dataset, settings))
+        values["dataset_name"] = spec.dataset_name or spec.dataset  # as given, never the root
     if spec.model is not None:
         values["model"] = _trained_model(spec.model.model_dump(), settings)
     return parse_spec(values)

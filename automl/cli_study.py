@@ -57,6 +57,18 @@ def start(
     weights: Annotated[
         Path | None, typer.Option(help="The trained model's state dict (torch.save).")
     ] = None,
+    output_layer: Annotated[
+        str | None,
+        typer.Option(help="The trained model's layer giving the logits; found if left out."),
+    ] = None,
+    model_output: Annotated[
+        str | None,
+        typer.Option(help="Key or index of the logits in the model's output, e.g. logits."),
+    ] = None,
+    standardize: Annotated[
+        str | None,
+        typer.Option(help="auto, none, scalar, per_feature or per_channel."),
+    ] = None,
     mlflow_uri: Annotated[
         str | None,
         typer.Option(help="Log each trial to this MLflow tracking URI \\[env AUTOML_MLFLOW_URI]."),
@@ -75,8 +87,8 @@ def start(
     signal.signal(signal.SIGINT, _interrupt)
     overrides = {
         "name": name, "search_space": space, "dataset": dataset, "n_trials": n_trials,
-        "timeout_s": timeout, "sampler": sampler, "seed": seed,
-        "model": _trained(model, weights),
+        "timeout_s": timeout, "sampler": sampler, "seed": seed, "standardize": standardize,
+        "model": _trained(model, weights, output_layer, model_output),
     }  # fmt: skip
     try:
         from automl.fleet.local import run_here
@@ -84,7 +96,7 @@ def start(
         from automl.service.studies import create_study
         from automl.service.studies import retry_failed as forgive_failures
         from automl.targets import is_present, load_target, require_present
-        from automl.trials.baseline import check_study_model
+        from automl.trials.model_check import check_study_model
 
         store = open_cli_storage(storage) if _names_a_study(spec_file, target, overrides) else None
         specs = store and _stored_spec(store, overrides)
@@ -147,16 +159,29 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise _Interrupted
 
 
-def _trained(model: str | None, weights: Path | None) -> dict | None:
-    """The spec's ``model`` from ``--model`` and ``--weights``, which come together."""
+def _trained(
+    model: str | None, weights: Path | None, output_layer: str | None, output: str | None
+) -> dict | None:
+    """The spec's ``model`` from ``--model`` and ``--weights``, which come together, and
+    ``--output-layer`` and ``--model-output`` (an index where it is a number)."""
     if (model is None) != (weights is None):
         raise fail(SpecError("--model and --weights come together: the factory and its weights"))
-    return None if model is None else {"factory": model, "weights": str(weights)}
+    if model is None:
+        if output_layer is not None or output is not None:
+            raise fail(SpecError("--output-layer and --model-output describe a --model"))
+        return None
+    given = {"output_layer": output_layer, "output": int(output) if output and output.isdigit()
+             else output}  # fmt: skip
+    return {"factory": model, "weights": str(weights), **_given(given)}
+
+
+def _given(values: dict) -> dict:
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def _names_a_study(spec_file: Path | None, target: str | None, overrides: dict) -> bool:
     """Whether ``start`` got a study name and at most a new budget."""
-    spec_options = ("search_space", "dataset", "sampler", "seed", "model")
+    spec_options = ("search_space", "dataset", "sampler", "seed", "model", "standardize")
     named = overrides["name"] is not None and spec_file is None and target is None
     return named and all(overrides[key] is None for key in spec_options)
 

@@ -2,9 +2,11 @@
 
 Every dataset is split deterministically by seed into train / val / test, plus a calibration
 subset for static quantization that is drawn from train, never from test. Feature inputs are
-standardised with the train split's scalar mean and std, which are recorded as preprocessing:
+standardised with the train split's mean and std, which are recorded as preprocessing:
 ``x_model = (float32(x_raw) - mean) / std``, computed in float32, with ``mean`` and ``std``
-float32 values, so that a deployment reproduces the model's inputs bit for bit.
+float32 values (or arrays that broadcast against one sample), so that a deployment reproduces
+the model's inputs bit for bit. The statistics fit the layout (see :data:`STANDARDIZE_MODES`):
+per feature for (N, F), per channel for (N, C, ...), computed on train only.
 
 A dataset that gives ``vocab_size`` (a scalar, beside the arrays) holds token ids: its ``x``
 are integer arrays (N, L) with ids in ``[0, vocab_size)``, kept as int64 and never
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 BUILTIN_DATASETS = ("digits",)
+# How float inputs are standardised: ``auto`` picks the layout's mode, per_feature for (N, F)
+# and per_channel for (N, C, ...); ``scalar`` is one mean and std; ``none`` feeds them as given.
+STANDARDIZE_MODES = ("auto", "none", "scalar", "per_feature", "per_channel")
 # The trial user attr holding :func:`describe_dataset` of the data the trial ran on.
 DESCRIPTION_ATTR = "data_description"
 
@@ -74,7 +79,8 @@ def load_dataset(
     seed: int = 0,
     val_fraction: float = 0.15,
     calib_size: int = 128,
-    standardize: bool = True,
+    standardize: str = "auto",
+    name: str | None = None,
 ) -> Dataset:
     """Load and split a dataset.
 
@@ -87,8 +93,11 @@ def load_dataset(
         seed: Seed of every split.
         val_fraction: Share of train held out for validation when the source has no val split.
         calib_size: Size of the calibration subset drawn from train.
-        standardize: Standardise float features; off, they are fed as given (as float32),
-            for a trained model that expects its own preprocessing.
+        standardize: How float features are standardised, one of :data:`STANDARDIZE_MODES`;
+            ``none`` feeds them as given (as float32), for a trained model that expects its
+            own preprocessing.
+        name: How the user named the data, for messages and views (e.g. ``dataset`` for
+            in-memory arrays); ``source`` by default.
 
     Returns:
         The split dataset, its features standardised (token ids are kept as they are).
@@ -96,25 +105,30 @@ def load_dataset(
     Raises:
         DataError: The source is unknown, missing or malformed; the message names the problem.
     """
-    arrays = _read_source(source, seed=seed)
-    vocab_size = read_vocab_size(arrays.pop(VOCAB_KEY, None), source)
-    validate(arrays, source)
+    name = name or source
+    if standardize not in STANDARDIZE_MODES:
+        raise DataError(f"standardize {standardize!r} is not one of {list(STANDARDIZE_MODES)}")
+    arrays = _read_source(source, seed=seed, name=name)
+    vocab_size = read_vocab_size(arrays.pop(VOCAB_KEY, None), name)
+    validate(arrays, name)
     if vocab_size is not None:
-        check_tokens(arrays, source, vocab_size)
+        check_tokens(arrays, name, vocab_size)
     if "x_val" not in arrays:
         arrays["x_train"], arrays["x_val"], arrays["y_train"], arrays["y_val"] = _split(
             arrays["x_train"], arrays["y_train"], val_fraction, seed
         )
-    check_classes(arrays, source)
+    check_classes(arrays, name)
     if vocab_size is not None:
-        return _finish_tokens(source, arrays, vocab_size, seed=seed, calib_size=calib_size)
-    return _finish(source, arrays, seed=seed, calib_size=calib_size, standardize=standardize)
+        return _finish_tokens(name, arrays, vocab_size, seed=seed, calib_size=calib_size)
+    return _finish(name, arrays, seed=seed, calib_size=calib_size, standardize=standardize)
 
 
 @lru_cache(maxsize=4)
-def cached_dataset(source: str, seed: int, standardize: bool = True) -> Dataset:
+def cached_dataset(
+    source: str, seed: int, standardize: str = "auto", name: str | None = None
+) -> Dataset:
     """Load a dataset once per process (see :func:`load_dataset`)."""
-    return load_dataset(source, seed=seed, standardize=standardize)
+    return load_dataset(source, seed=seed, standardize=standardize, name=name)
 
 
 def check_source_form(source: str) -> None:
@@ -130,12 +144,12 @@ def check_source_form(source: str) -> None:
         )
 
 
-def _read_source(source: str, *, seed: int) -> dict[str, np.ndarray]:
+def _read_source(source: str, *, seed: int, name: str) -> dict[str, np.ndarray]:
     check_source_form(source)
     if source == "digits":
         return _digits(seed)
     if source.endswith(".npz"):
-        return _npz(Path(source))
+        return _npz(Path(source), name)
     return _plugin(source)
 
 
@@ -154,15 +168,15 @@ def _digits(seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def _npz(path: Path) -> dict[str, np.ndarray]:
+def _npz(path: Path, name: str) -> dict[str, np.ndarray]:
     resolved = path.expanduser().resolve()
     if not resolved.is_file():
-        raise DataError(f"dataset file {str(path)!r} does not exist")
+        raise DataError(f"dataset file {name!r} does not exist")
     try:
         with np.load(resolved, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise DataError(f"dataset file {str(path)!r} is not a readable .npz: {e}") from e
+        raise DataError(f"dataset file {name!r} is not a readable .npz: {e}") from e
 
 
 def _plugin(source: str) -> dict[str, np.ndarray]:
@@ -195,19 +209,42 @@ def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> list[np.
 
 
 def _finish(
-    source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size: int, standardize: bool
+    source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size: int, standardize: str
 ) -> Dataset:
-    raw_train = arrays["x_train"]
+    mode, mean, std = _statistics(arrays["x_train"], standardize)
     # float32 statistics and float32 arithmetic: the formula a deployment applies, exactly.
-    mean = np.float32(raw_train.mean()) if standardize else np.float32(0.0)
-    std = np.float32(raw_train.std()) if standardize else np.float32(1.0)
-    std = std if std > 0 else np.float32(1.0)
     out = _splits(arrays, lambda x: (x.astype(np.float32) - mean) / std)
     return _dataset(
         source, arrays, out, seed=seed, calib_size=calib_size,
-        preprocessing={"standardize": {"mean": float(mean), "std": float(std)}},
-        fingerprint=_fingerprint(out, seed),
+        preprocessing={"standardize": {"mode": mode, "mean": _plain(mean), "std": _plain(std)}},
+        fingerprint=_fingerprint(out, seed, f"standardize={mode}"),
     )  # fmt: skip
+
+
+def _statistics(x: np.ndarray, mode: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """The mode that ``mode`` resolves to, and the float32 mean and std of ``x`` (train) under
+    it, shaped to broadcast against one sample; a constant feature gets std 1."""
+    if mode == "auto":
+        mode = "per_feature" if x.ndim == 2 else "per_channel"
+    if mode == "none":
+        return mode, np.float32(0.0), np.float32(1.0)
+    axes = {
+        "scalar": None,
+        "per_feature": 0,
+        "per_channel": (0, *range(2, x.ndim)),
+    }[mode]
+    wide = x.astype(np.float64)
+    mean = wide.mean(axis=axes, keepdims=axes is not None)
+    std = wide.std(axis=axes, keepdims=axes is not None)
+    if axes is not None:
+        mean, std = mean[0], std[0]  # one sample's shape: (F,), or (C, 1, ...)
+    std = np.where(std > 0, std, 1.0)
+    return mode, np.asarray(mean, dtype=np.float32), np.asarray(std, dtype=np.float32)
+
+
+def _plain(values: np.ndarray) -> float | list:
+    """A statistic as JSON: a number where it is one value, else nested lists."""
+    return values.item() if values.size == 1 else values.tolist()
 
 
 def _finish_tokens(
@@ -290,8 +327,8 @@ def describe_dataset(data: Dataset) -> dict:
         formula = "x_model = int64(token ids), not standardised; ids lie in [0, vocab_size)"
     else:
         formula = (
-            "x_model = (float32(x_raw) - mean) / std, computed in float32, then cast to "
-            "the model input's dtype"
+            "x_model = (float32(x_raw) - mean) / std, computed in float32, with mean and std "
+            "float32 numbers or arrays that broadcast against one sample"
         )
     return {
         "class_names": list(data.class_names),

@@ -57,6 +57,7 @@ def optimize(
     retry_failed: bool = False,
     mlflow_uri: str | None = None,
     model: nn.Module | Mapping[str, Any] | None = None,
+    standardize: str | None = None,
 ) -> StudyResult:
     """Create (or resume) a study and run its trials here until it is done.
 
@@ -75,8 +76,9 @@ def optimize(
         search_space: A search space name (``digits-mlp``) or YAML path.
         dataset: ``digits``, an ``.npz`` path, ``package.module:function``, or a dict of
             arrays with the ``.npz`` keys (``x_train``, ``y_train``, ``x_test``, ``y_test``,
-            optionally ``x_val``, ``y_val``, ``class_names``). Arrays are saved once, by
-            content, under ``<artifacts_dir>/datasets/``, and the study reads that file.
+            optionally ``x_val``, ``y_val``, ``class_names``, and ``vocab_size`` for token
+            ids). Arrays are saved once, by content, under ``<artifacts_dir>/datasets/``, and
+            the study reads that file; messages and views call them ``dataset``.
         target: Where latency is measured, e.g. ``cpu``; it must be on this machine.
         objectives: Metrics such as ``"accuracy"``, or dicts with ``metric``, ``direction``
             and ``scale``.
@@ -101,7 +103,13 @@ def optimize(
             ``<artifacts_dir>/models/``), or a dict with ``factory``
             (``package.module:function``) and ``weights`` (a ``torch.save``'d state dict).
             The space then defaults to ``trained-model``, the objectives to accuracy drop and
-            speedup, and the constraint to ``accuracy_drop <= 0.01``.
+            speedup, and the constraint to ``accuracy_drop <= 0.01``. A dict may also give
+            ``output_layer`` (found when left out), ``output`` (the logits' key or index, for
+            a model that returns a ``ModelOutput``, a dict or a tuple) and
+            ``expected_accuracy``.
+        standardize: How float inputs are standardised: ``auto`` (per feature for (N, F),
+            per channel for (N, C, ...), from the train split), ``scalar``, ``per_feature``,
+            ``per_channel`` or ``none``; a trained model's default is ``none``.
 
     Returns:
         The study, its front, and its exports.
@@ -118,15 +126,17 @@ def optimize(
     from automl.storage.factory import open_artifact_store, open_storage
     from automl.study_result import StudyResult
     from automl.targets import load_target, require_present
-    from automl.trials.baseline import check_study_model
+    from automl.trials.model_check import check_study_model
 
     settings = _settings(artifacts_dir, mlflow_uri)
     store = open_storage(storage or settings.storage, settings)
     overrides = {
         "search_space": _text(search_space), "dataset": _dataset(dataset, settings),
+        "dataset_name": "dataset" if isinstance(dataset, Mapping) else None,
         "target": target, "objectives": _objectives(objectives),
         "constraints": _listed(constraints), "n_trials": n_trials, "timeout_s": timeout_s,
         "sampler": sampler, "seed": seed, "name": name, "model": _model(model, settings),
+        "standardize": standardize,
     }  # fmt: skip
     study_spec = _study_spec(spec, _given(overrides), store)
     require_present(load_target(study_spec.target), study_methods(study_spec))
@@ -278,7 +288,7 @@ def save_arrays(arrays: Mapping[str, Any], folder: Path) -> Path:
 
     import numpy as np
 
-    values = {key: np.ascontiguousarray(np.asarray(value)) for key, value in arrays.items()}
+    values = {key: np.asarray(value) for key, value in arrays.items()}  # scalars stay 0-d
     digest = hashlib.sha256()
     for key in sorted(values):
         value = values[key]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 
 from automl.errors import SpecError
+from automl.models import WRAPPED, LogitsOf
 
 # Mismatched parameters named in a refusal; the rest are counted.
 _SHOWN = 3
@@ -20,15 +22,23 @@ _SHOWN = 3
 
 @dataclass(frozen=True)
 class TrainedModel:
-    """The factory ``package.module:function`` and the weights file, with its digest."""
+    """The factory ``package.module:function`` and the weights file, with its digest.
+
+    ``output`` picks the logits out of a model that returns more than a tensor (a key of a
+    ``ModelOutput`` or dict, an index of a tuple); ``output_layer`` names the layer that gives
+    them, in the user's model (None until it is found, see
+    :func:`automl.models.find_output_layer`).
+    """
 
     factory: str
     weights: Path
     digest: str
-    output_layer: str = "classifier"
+    output_layer: str | None = None
+    output: str | int | None = None
 
     def build(self) -> nn.Module:
-        """The architecture with the weights loaded, in eval mode on the CPU.
+        """The architecture with the weights loaded, in eval mode on the CPU; wrapped in
+        :class:`~automl.models.LogitsOf` when ``output`` picks its logits.
 
         Raises:
             SpecError: The factory fails, or the weights do not fit its model.
@@ -42,15 +52,38 @@ class TrainedModel:
                 f"weights {str(self.weights)!r} do not fit the model of {self.factory!r}: "
                 f"{_mismatch(model, state) or e}"
             ) from None
-        return model.eval()
+        model.eval()
+        return model if self.output is None else LogitsOf(model, self.output).eval()
+
+    def layer_name(self, name: str) -> str:
+        """``name``, a layer of the user's model, as a layer of :meth:`build`'s module."""
+        return name if self.output is None else f"{WRAPPED}.{name}"
+
+    @property
+    def pruning_layer(self) -> str:
+        """The output layer in :meth:`build`'s module: the layer pruning keeps whole."""
+        if self.output_layer is None:
+            raise SpecError(f"the output layer of {self.factory!r} has not been found")
+        return self.layer_name(self.output_layer)
+
+    def fingerprint(self) -> str:
+        """What defines the model: the weights, the factory and its module's source."""
+        digest = hashlib.sha256(f"{self.factory}|{self.digest}|{self.output!r}".encode())
+        digest.update(_factory_source(self.factory).encode())
+        return digest.hexdigest()[:16]
 
 
 def open_trained(
-    factory: str, weights: str | Path, output_layer: str = "classifier"
+    factory: str,
+    weights: str | Path,
+    output_layer: str | None = None,
+    output: str | int | None = None,
 ) -> TrainedModel:
     """The trained model of ``factory`` and ``weights``, after checking the file exists.
 
-    ``output_layer`` names the layer that gives the logits, which pruning keeps whole.
+    ``output_layer`` names the layer that gives the logits, which pruning keeps whole (None:
+    found when the model is checked); ``output`` the logits' key or index in what the model
+    returns, when it returns more than a tensor.
 
     Raises:
         SpecError: The weights file is missing or unreadable.
@@ -62,7 +95,16 @@ def open_trained(
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     except OSError as e:
         raise SpecError(f"weights file {str(weights)!r} cannot be read: {e}") from None
-    return TrainedModel(factory, path.resolve(), digest, output_layer)
+    return TrainedModel(factory, path.resolve(), digest, output_layer, output)
+
+
+def _factory_source(factory: str) -> str:
+    """The source of the factory's module, or its name where the source is not at hand."""
+    module_name = factory.partition(":")[0]
+    try:
+        return inspect.getsource(importlib.import_module(module_name))
+    except (ImportError, OSError, TypeError):
+        return module_name
 
 
 def _call_factory(factory: str) -> nn.Module:

@@ -128,6 +128,23 @@ def trained_models(digits) -> dict:
 
 
 @pytest.fixture(scope="session")
+def digits_cnn_weights(tmp_path_factory) -> Path:
+    """The state dict of ``trained_factories:digits_cnn`` trained on the raw digits (pixels
+    0..16, as a trained model's study feeds them), well above chance. Copy it to change it."""
+    import torch
+    from trained_factories import digits_cnn
+
+    from automl.candidate import TrainConfig
+    from automl.pipeline.train import train
+
+    data = load_dataset("digits", standardize="none")
+    result = train(digits_cnn(), data, TrainConfig(epochs=3, lr=1e-2), seed=0)
+    path = tmp_path_factory.mktemp("trained") / "digits_cnn.pt"
+    torch.save(result.model.state_dict(), path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def exported_models(trained_models, digits, tmp_path_factory) -> dict[str, Path]:
     """``{"cnn": path, "mlp": path}``: ``trained_models`` exported by the real export stage."""
     from automl.pipeline.export import export_onnx

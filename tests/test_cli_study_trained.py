@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import optuna
@@ -12,12 +13,10 @@ TESTS = str(Path(__file__).resolve().parent)
 
 
 @pytest.fixture
-def trained_cli(cli):
-    """The CLI with the test factories importable, and random weights saved as w.pt."""
-    from trained_factories import digits_cnn
-
+def trained_cli(cli, digits_cnn_weights):
+    """The CLI with the test factories importable, and trained weights saved as w.pt."""
     cli.env["PYTHONPATH"] = TESTS
-    torch.save(digits_cnn().state_dict(), cli.root / "w.pt")
+    shutil.copyfile(digits_cnn_weights, cli.root / "w.pt")
     return cli
 
 

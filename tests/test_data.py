@@ -183,8 +183,9 @@ def test_raw_inputs_are_standardised_by_the_float32_formula(tmp_path):
     }
     assert description["preprocessing"]["dtype"] == "float32"
     standardize = description["preprocessing"]["standardize"]
+    assert standardize["mode"] == "per_feature"  # the default of (N, F) features
     mean, std = np.float32(standardize["mean"]), np.float32(standardize["std"])
-    assert (float(mean), float(std)) == (standardize["mean"], standardize["std"])
+    assert mean.shape == std.shape == (5,)
     expected = (arrays["x_test"].astype(np.float32) - mean) / std
     assert expected.dtype == np.float32
     np.testing.assert_array_equal(data.x_test, expected)

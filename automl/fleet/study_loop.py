@@ -207,7 +207,7 @@ def run_study_loop(
         objective.aborted = lambda: stop.aborted
     objective.check_inputs()
     check_fingerprint(
-        existing, spec, cached_dataset(spec.dataset, spec.seed, spec.standardizes).fingerprint
+        existing, spec, cached_dataset(**spec.data_args).fingerprint, objective.model_fingerprint
     )
     callbacks = tracker(settings.mlflow_uri, spec)
     ran, outage_s, waiting = 0, 0.0, False

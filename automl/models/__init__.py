@@ -15,6 +15,7 @@ from automl.candidate import CONV_FAMILIES, ArchConfig
 from automl.errors import SpecError
 from automl.models._conv import conv_net
 from automl.models._mlp import MLP
+from automl.models._outputs import WRAPPED, LogitsOf, find_output_layer, pick_logits
 from automl.models._transformer import Transformer, attention_heads
 from automl.models._user import import_family, output_layer, user_model
 
@@ -63,4 +64,13 @@ def build_model(
     )
 
 
-__all__ = ["attention_heads", "build_model", "import_family", "output_layer"]
+__all__ = [
+    "WRAPPED",
+    "LogitsOf",
+    "attention_heads",
+    "build_model",
+    "find_output_layer",
+    "import_family",
+    "output_layer",
+    "pick_logits",
+]

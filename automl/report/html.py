@@ -238,7 +238,7 @@ def _summary(info: StudyInfo, spec: StudySpec, complete: list[FrozenTrial]) -> s
     return _pairs(
         {
             "target": spec.target,
-            "dataset": spec.dataset,
+            "dataset": spec.dataset_shown,
             "search space": spec.search_space,
             "sampler / seed": f"{spec.sampler} / {spec.seed}",
             "objectives": ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives),

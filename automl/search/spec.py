@@ -150,14 +150,24 @@ class TrainedModel(BaseModel):
     """A model the user trained: ``factory`` builds it, ``weights`` is its state dict.
 
     ``batch_size`` is the baseline's serving batch (default: the space's smallest);
-    ``output_layer`` the layer giving the logits, which pruning keeps whole.
+    ``output_layer`` the layer giving the logits, which pruning keeps whole (found by running
+    the model when it is not given); ``output`` the key or index of the logits in what the
+    model returns, for models that return a ``ModelOutput``, a dict or a tuple;
+    ``expected_accuracy`` the validation accuracy the user expects of it: a baseline clearly
+    below it is warned of.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     factory: str = Field(description="package.module:function returning the nn.Module")
     weights: str = Field(description="path to the state_dict saved with torch.save")
     batch_size: int | None = Field(default=None, ge=1)
-    output_layer: str = "classifier"
+    output_layer: str | None = Field(
+        default=None, description="the layer giving the logits; found when left out"
+    )
+    output: str | int | None = Field(
+        default=None, description="key or index of the logits in the model's output"
+    )
+    expected_accuracy: float | None = Field(default=None, gt=0, le=1)
 
     @field_validator("factory")
     @classmethod
@@ -198,6 +208,14 @@ class StudySpec(BaseModel):
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: list[Constraint] = Field(default_factory=_default_constraints)
     model: TrainedModel | None = None
+    standardize: Literal["auto", "none", "scalar", "per_feature", "per_channel"] | None = Field(
+        default=None,
+        description="how float inputs are standardised; default auto (per feature for (N, F), "
+        "per channel for (N, C, ...)), or none for a trained model",
+    )
+    dataset_name: str | None = Field(
+        default=None, description="how the user named the data, where it is not a path"
+    )
 
     @field_validator("name")
     @classmethod
@@ -239,10 +257,28 @@ class StudySpec(BaseModel):
             object.__setattr__(self, "constraints", drop)
 
     @property
-    def standardizes(self) -> bool:
-        """Whether the study standardises float inputs: not for a trained model, which was
-        trained on its own preprocessing and is fed the data as given."""
-        return self.model is None
+    def standardization(self) -> str:
+        """How the study standardises float inputs: by default ``auto``, but ``none`` for a
+        trained model, which was trained on its own preprocessing and is fed the data as
+        given."""
+        if self.standardize is not None:
+            return self.standardize
+        return "auto" if self.model is None else "none"
+
+    @property
+    def data_args(self) -> dict:
+        """The keyword arguments of :func:`automl.data.cached_dataset` for this study."""
+        return {
+            "source": self.dataset,
+            "seed": self.seed,
+            "standardize": self.standardization,
+            "name": self.dataset_name,
+        }
+
+    @property
+    def dataset_shown(self) -> str:
+        """The data as the user gave it: its name, path or plugin."""
+        return self.dataset_name or self.dataset
 
     @property
     def metric_names(self) -> list[str]:

@@ -86,7 +86,7 @@ def export_model(
         "trial": number,
         "file": out.name,
         "target": spec.target,
-        "dataset": spec.dataset,
+        "dataset": spec.dataset_shown,
         "params": trial.params,
         "candidate": trial.user_attrs.get("candidate"),
         "metrics": {k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs},
@@ -107,7 +107,7 @@ def _deployment(trial: FrozenTrial, spec: StudySpec, graph: GraphProto) -> dict:
     """The sidecar's deployment fields: labels, raw input, preprocessing, I/O, runtime."""
     description = trial.user_attrs.get(DESCRIPTION_ATTR)
     if description is None:  # a trial recorded before data descriptions were
-        description = describe_dataset(cached_dataset(spec.dataset, spec.seed, spec.standardizes))
+        description = describe_dataset(cached_dataset(**spec.data_args))
         recorded = trial.user_attrs.get("preprocessing") or {}
         description["preprocessing"].update(recorded)  # what this model was trained on
     env = trial.user_attrs.get("env") or {}

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from automl.search.space import SearchSpace
 
 DATA_ATTR = "data_fingerprint"
+MODEL_ATTR = "model_fingerprint"  # a trained model's weights, factory and its module's source
 FORGIVEN_ATTR = "failures_forgiven"
 STOP_ATTR = "stop_requested"
 LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
@@ -94,7 +95,7 @@ def create_study(
     check_source_form(spec.dataset)
     fingerprint = None
     if check_data or _readable_here(spec.dataset):
-        data = load_dataset(spec.dataset, seed=spec.seed, standardize=spec.standardizes)
+        data = load_dataset(**spec.data_args)
         check_compatible(space, data, target)  # family vs data, methods vs target
         fingerprint = data.fingerprint
     stored = _stored_spec(storage, spec.name)
@@ -150,7 +151,7 @@ def _new_study(
         study.set_user_attr(DATA_ATTR, fingerprint)
     study.set_user_attr("target", target)
     study.set_user_attr("search_space", spec.search_space)
-    study.set_user_attr("dataset", spec.dataset)
+    study.set_user_attr("dataset", spec.dataset_shown)
     study.set_user_attr("constraints", [str(c) for c in spec.constraints])
     study.set_user_attr("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     study.set_user_attr(STOP_ATTR, False)
@@ -170,21 +171,30 @@ def _await_spec(storage: BaseStorage, name: str, timeout_s: float = 5.0) -> Stud
         time.sleep(0.05)
 
 
-def check_fingerprint(study: optuna.Study, spec: StudySpec, fingerprint: str) -> None:
-    """Record the data's fingerprint with the study, or refuse data that differs from it.
+def check_fingerprint(
+    study: optuna.Study, spec: StudySpec, fingerprint: str, model: str | None = None
+) -> None:
+    """Record the fingerprints of the data (and of the trained ``model``) with the study, or
+    refuse data or a model that differ from them.
 
     Raises:
         DataError: The study began on other data; its trials would mix two datasets.
+        SpecError: The study began with other weights or another factory source.
     """
-    stored = study.user_attrs.get(DATA_ATTR)
-    if stored is None:
-        study.set_user_attr(DATA_ATTR, fingerprint)
-    elif stored != fingerprint:
-        raise DataError(
-            f"dataset {spec.dataset!r} of study {spec.name!r} has changed since the study "
-            f"began (fingerprint {stored}, now {fingerprint}): its front would mix trials "
-            f"scored on both. Restore the data, or start a new study, e.g. --name {spec.name}-v2"
-        )
+    checks = [(DATA_ATTR, fingerprint, f"dataset {spec.dataset_shown!r}", DataError)]
+    if model is not None and spec.model is not None:
+        what = f"model {spec.model.factory!r} with weights {spec.model.weights!r}"
+        checks.append((MODEL_ATTR, model, what, SpecError))
+    for attr, now, what, error in checks:
+        stored = study.user_attrs.get(attr)
+        if stored is None:
+            study.set_user_attr(attr, now)
+        elif stored != now:
+            raise error(
+                f"{what} of study {spec.name!r} has changed since the study began "
+                f"(fingerprint {stored}, now {now}): its front would mix trials scored on "
+                f"both. Restore it, or start a new study, e.g. --name {spec.name}-v2"
+            )
 
 
 def _require_raw_values(study: optuna.Study, spec: StudySpec) -> None:

@@ -1,4 +1,5 @@
-"""The baseline of a trained model: checked at load, then measured beside every trial.
+"""The baseline of a trained model: checked at load (:mod:`automl.trials.model_check`), then
+measured beside every trial.
 
 Each trial of a trained model's study exports (or takes from the stage cache) the unmodified
 model and measures it in the same process, right after the trial's own model, at the trial's
@@ -8,23 +9,16 @@ side, which a loaded host moves together, and no trial waits for another.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automl.data import cached_dataset
-from automl.errors import SpecError
-from automl.pipeline.export import export_onnx
-from automl.trained_model import TrainedModel, open_trained
 from automl.trials.stages import CachedStages, timed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from automl.candidate import Candidate
-    from automl.data import Dataset
-    from automl.search.spec import StudySpec
 
 
 @dataclass(frozen=True)
@@ -46,57 +40,6 @@ class BaselineFigures:
             "accuracy_drop": self.accuracy - metrics["accuracy"],
             "size_ratio": metrics["size_mb"] / self.size_mb,
         }
-
-
-def check_study_model(spec: StudySpec) -> None:
-    """Check a trained model's study before it is created (see :func:`check_trained_model`);
-    a study that trains its own models passes."""
-    if spec.model is not None:
-        check_trained_model(spec, cached_dataset(spec.dataset, spec.seed, spec.standardizes))
-
-
-def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel:
-    """Load the study's trained model and export it once, before any trial.
-
-    Raises:
-        SpecError: The weights are missing, unreadable or do not fit the factory's model, the
-            model does not take the data or give one logit per class, or it cannot be
-            exported to ONNX. One line, naming the factory.
-    """
-    assert spec.model is not None
-    trained = open_trained(spec.model.factory, spec.model.weights, spec.model.output_layer)
-    model = trained.build()
-    name = spec.model.factory
-    if trained.output_layer not in dict(model.named_modules()):
-        raise SpecError(
-            f"model {name!r} has no layer {trained.output_layer!r} giving its logits (its "
-            f"top-level layers: {[n for n, _ in model.named_children()]}); name it with "
-            "model.output_layer, which pruning keeps whole"
-        )
-    try:
-        import torch
-
-        with torch.no_grad():
-            out = model(torch.from_numpy(data.x_val[:2]))
-    except Exception as e:  # the user's forward
-        raise SpecError(
-            f"model {name!r} cannot run on the data (samples of shape {data.input_shape}): "
-            f"{type(e).__name__}: {e}"
-        ) from None
-    if tuple(out.shape) != (min(2, len(data.x_val)), data.num_classes):
-        raise SpecError(
-            f"model {name!r} gives outputs of shape {tuple(out.shape)[1:]} per sample; the data "
-            f"has {data.num_classes} classes, so it must give ({data.num_classes},) logits"
-        )
-    with tempfile.TemporaryDirectory(prefix="automl-check-") as tmp:
-        try:
-            export_onnx(model, data.x_val[:8], Path(tmp) / "model.onnx")
-        except Exception as e:  # TrialFailed, or the exporter's own errors
-            raise SpecError(
-                f"model {name!r} cannot be exported to ONNX: {type(e).__name__}: "
-                f"{str(e).splitlines()[0] if str(e) else ''}"
-            ) from None
-    return trained
 
 
 def baseline_candidate(candidate: Candidate, batch_size: int) -> Candidate:

@@ -81,11 +81,11 @@ class StudyObjective:
         """
         space, target = self._space_and_target
         try:
-            data = cached_dataset(self.spec.dataset, self.spec.seed, self.spec.standardizes)
+            data = cached_dataset(**self.spec.data_args)
         except DataError:
             raise
         except Exception as e:  # whatever a plugin or a broken file raises
-            raise DataError(f"dataset {self.spec.dataset!r}: {type(e).__name__}: {e}") from e
+            raise DataError(f"dataset {self.spec.dataset_shown!r}: {type(e).__name__}: {e}") from e
         check_compatible(space, data, target)  # family vs data, methods vs target
         require_present(target, sorted(space_methods(space)))  # and their runtimes here
         _ = self._trained
@@ -95,11 +95,14 @@ class StudyObjective:
         """The study's trained model, checked once per objective; None when it trains its own."""
         if self.spec.model is None:
             return None
-        from automl.trials.baseline import check_trained_model
+        from automl.trials.model_check import check_trained_model
 
-        return check_trained_model(
-            self.spec, cached_dataset(self.spec.dataset, self.spec.seed, self.spec.standardizes)
-        )
+        return check_trained_model(self.spec, cached_dataset(**self.spec.data_args))
+
+    @property
+    def model_fingerprint(self) -> str | None:
+        """What defines the study's trained model (see :meth:`TrainedModel.fingerprint`)."""
+        return None if self._trained is None else self._trained.fingerprint()
 
     @cached_property
     def _space_and_target(self) -> tuple[SearchSpace, Target]:
@@ -130,7 +133,7 @@ class StudyObjective:
             _set_attrs(trial, {WORKER: worker})
             raise
         _set_attrs(trial, {WORKER: worker, "candidate": candidate.as_dict()})
-        data = cached_dataset(self.spec.dataset, self.spec.seed, self.spec.standardizes)
+        data = cached_dataset(**self.spec.data_args)
         with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
             outcome = run_trial(
                 candidate,
@@ -164,6 +167,8 @@ class StudyObjective:
             DESCRIPTION_ATTR: describe_dataset(data),
             ARTIFACT_ID: artifact_id,
         }
+        if self._trained is not None:  # found, or named: what pruning kept whole
+            attrs["output_layer"] = self._trained.output_layer
         violations = [c.violation(outcome.metrics) for c in self.spec.constraints]
         attrs["feasible"] = all(v <= 0 for v in violations)
         _set_attrs(trial, attrs, constraint_attrs(violations))

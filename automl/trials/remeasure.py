@@ -72,7 +72,7 @@ def remeasure_front(
 
     study, spec = load(name, storage)
     target = load_target(spec.target)
-    data = cached_dataset(spec.dataset, spec.seed, spec.standardizes)
+    data = cached_dataset(**spec.data_args)
     kept = [
         b for b in (spec.constraints if budgets is None else budgets) if b.metric in LATENCY_METRICS
     ]

@@ -68,7 +68,7 @@ class CachedStages:
             kd_temperature=c.kd_temperature,
         )
         if self.trained is not None:
-            self.train_key = content_key("trained", self.trained.factory, self.trained.digest)
+            self.train_key = content_key("trained", self.trained.fingerprint())
         else:
             self.train_key = content_key(
                 "train", c.arch, c.train, self.data.fingerprint, self.seed, self.device
@@ -156,7 +156,7 @@ class CachedStages:
         arch = self.candidate.arch
         layer = arch.output_layer if arch is not None else OUTPUT_LAYER  # kept whole
         if self.trained is not None:
-            layer = self.trained.output_layer
+            layer = self.trained.pruning_layer
         cached = self._load("prune", self.prune_key)
         if cached is not None:
             # Pruning is deterministic and cheap: redo it to get the shapes, skip the fine-tune.

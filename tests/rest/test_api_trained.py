@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import httpx
 import optuna
 import pytest
@@ -15,13 +17,11 @@ FACTORY = "trained_factories:digits_cnn"
 
 
 @pytest.fixture
-def served(api_settings, api_storage_url, run_api, api_token):
-    """A live API that allows FACTORY, with its weights saved under the data root."""
-    from trained_factories import digits_cnn
-
+def served(api_settings, api_storage_url, run_api, api_token, digits_cnn_weights):
+    """A live API that allows FACTORY, with its trained weights under the data root."""
     settings = api_settings(api_storage_url, model_factories=[FACTORY])
     (settings.data_root / "models").mkdir()
-    torch.save(digits_cnn().state_dict(), settings.data_root / "models" / "cnn.pt")
+    shutil.copyfile(digits_cnn_weights, settings.data_root / "models" / "cnn.pt")
     storage = open_storage(api_storage_url, settings)
     with run_api(create_app(settings, storage=storage)) as url:
         auth = {"Authorization": f"Bearer {api_token}"}

@@ -27,14 +27,9 @@ params:
 """
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    from trained_factories import digits_cnn
-
-    result = train(digits_cnn(), load_dataset("digits"), TrainConfig(epochs=3, lr=1e-2))
-    path = tmp_path_factory.mktemp("trained") / "digits_cnn.pt"
-    torch.save(result.model.state_dict(), path)
-    return path
+@pytest.fixture
+def weights(digits_cnn_weights):
+    return digits_cnn_weights
 
 
 def _optimize(tmp_path, model: dict, **spec):
@@ -141,20 +136,21 @@ def test_optimize_takes_a_trained_module_and_arrays(tmp_path, weights):
     assert trials[0].user_attrs["baseline"] and trials[0].user_attrs["accuracy_drop"] == 0.0
 
 
-def test_an_output_layer_by_another_name_is_named_in_the_spec(tmp_path):
+def test_an_output_layer_by_another_name_is_found_and_recorded(tmp_path):
     from trained_factories import head_named
 
+    data = load_dataset("digits", standardize="none")
     path = tmp_path / "w.pt"
-    torch.save(head_named().state_dict(), path)
+    torch.save(train(head_named(), data, TrainConfig(epochs=2, lr=1e-2)).model.state_dict(), path)
     model = {"factory": "trained_factories:head_named", "weights": str(path)}
-    with pytest.raises(SpecError, match=r"has no layer 'classifier'.*model.output_layer"):
-        _optimize(tmp_path, model)
+    with pytest.raises(SpecError, match=r"has no layer 'fc'.*--output-layer"):
+        _optimize(tmp_path, {**model, "output_layer": "fc"})
     result = automl.optimize(
-        {"model": {**model, "output_layer": "head"}, "n_trials": 1, "name": "head"},
+        {"model": model, "n_trials": 1, "name": "head"},
         storage=f"sqlite:///{tmp_path}/s.db", artifacts_dir=tmp_path / "a", progress=False,
         remeasure=False,
     )  # fmt: skip
-    assert [t.state.name for t in result.study.trials] == ["COMPLETE"]
-    pruned = prune(head_named(), load_dataset("digits"), 0.25, TrainConfig(epochs=0),
-                   output_layer="head").model  # fmt: skip
+    (trial,) = result.study.trials
+    assert trial.state.name == "COMPLETE" and trial.user_attrs["output_layer"] == "head"
+    pruned = prune(head_named(), data, 0.25, TrainConfig(epochs=0), output_layer="head").model
     assert pruned.head.out_features == 10 and pruned.head.in_features == 36

@@ -1,0 +1,165 @@
+"""A trained model's checks at load: it loads, runs on the data, exports, and beats chance.
+
+Each failure is a one-line :class:`~automl.errors.SpecError` naming the model and what to do;
+nothing of the study has run yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from scipy import stats
+
+from automl.data import cached_dataset
+from automl.errors import SpecError
+from automl.models import find_output_layer
+from automl.pipeline._ort import make_session
+from automl.pipeline.evaluate import evaluate
+from automl.pipeline.export import export_onnx
+from automl.trained_model import TrainedModel, open_trained
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from automl.data import Dataset
+    from automl.search.spec import StudySpec
+
+logger = logging.getLogger("automl.trials.model_check")
+# A baseline is refused as at chance when chance would reach its accuracy this rarely or more.
+CHANCE_P_VALUE = 1e-3
+
+
+def check_study_model(spec: StudySpec) -> None:
+    """Check a trained model's study before it is created (see :func:`check_trained_model`);
+    a study that trains its own models passes."""
+    if spec.model is not None:
+        check_trained_model(spec, cached_dataset(**spec.data_args))
+
+
+def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel:
+    """Load the study's trained model, find its output layer, export it and score it once.
+
+    Returns:
+        The trained model, with its output layer (the one named, or the one found).
+
+    Raises:
+        SpecError: The weights are missing, unreadable or do not fit the factory's model, the
+            model does not take the data or give one logit per class, it cannot be exported
+            to ONNX, or its validation accuracy is not clearly above chance.
+    """
+    assert spec.model is not None
+    given = spec.model
+    trained = open_trained(given.factory, given.weights, given.output_layer, given.output)
+    model = trained.build()
+    inputs = torch.from_numpy(data.x_val[:2])
+    _check_outputs(model, inputs, data, given.factory)
+    layer = trained.output_layer or _found_layer(trained, model, inputs)
+    trained = replace(trained, output_layer=layer)
+    try:
+        model.get_submodule(trained.pruning_layer)
+    except AttributeError:
+        raise SpecError(
+            f"model {given.factory!r} has no layer {layer!r} (its top-level layers: "
+            f"{[n for n, _ in model.named_children()]}); name the layer that gives the logits "
+            "with model.output_layer (--output-layer), or leave it out to have it found"
+        ) from None
+    accuracy = _exported_accuracy(model, data, given.factory)
+    check_above_chance(accuracy, data, given.factory)
+    if given.expected_accuracy is not None:
+        _compare_expected(accuracy, given.expected_accuracy, len(data.y_val), given.factory)
+    return trained
+
+
+def _check_outputs(model: nn.Module, inputs: torch.Tensor, data: Dataset, name: str) -> None:
+    try:
+        with torch.no_grad():
+            out = model(inputs)
+    except SpecError as e:  # the logits could not be picked out of the output
+        raise SpecError(f"model {name!r}: {e}") from None
+    except Exception as e:  # the user's forward
+        raise SpecError(
+            f"model {name!r} cannot run on the data (samples of shape {data.input_shape}): "
+            f"{type(e).__name__}: {e}"
+        ) from None
+    if not isinstance(out, torch.Tensor):
+        from automl.models import pick_logits
+
+        try:
+            pick_logits(out, None)
+        except SpecError as e:
+            raise SpecError(f"model {name!r}: {e}") from None
+    if tuple(out.shape) != (len(inputs), data.num_classes):
+        raise SpecError(
+            f"model {name!r} gives outputs of shape {tuple(out.shape)[1:]} per sample; the data "
+            f"has {data.num_classes} classes, so it must give ({data.num_classes},) logits"
+        )
+
+
+def _found_layer(trained: TrainedModel, model: nn.Module, inputs: torch.Tensor) -> str:
+    """The output layer found by running the model, in the user's model's names."""
+    try:
+        found = find_output_layer(model, inputs)
+    except SpecError as e:
+        raise SpecError(f"model {trained.factory!r}: {e}") from None
+    prefix = trained.layer_name("")
+    return found.removeprefix(prefix)
+
+
+def _exported_accuracy(model: nn.Module, data: Dataset, name: str) -> float:
+    """The validation accuracy of the model's fp32 ONNX export, as the baseline trial has it."""
+    with tempfile.TemporaryDirectory(prefix="automl-check-") as tmp:
+        try:
+            path = export_onnx(model, data.x_val[:64], Path(tmp) / "model.onnx").path
+        except Exception as e:  # TrialFailed, or the exporter's own errors
+            raise SpecError(
+                f"model {name!r} cannot be exported to ONNX: {type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}"
+            ) from None
+        session = make_session(path, ["CPUExecutionProvider"], 1)
+        return evaluate(session, data.x_val, data.y_val, num_classes=data.num_classes).accuracy
+
+
+def chance_threshold(num_classes: int, n: int, p_value: float = CHANCE_P_VALUE) -> float:
+    """The accuracy on ``n`` samples that guessing among ``num_classes`` reaches with
+    probability ``p_value``: a model must score above it to be clearly better than chance."""
+    return float(stats.binom.isf(p_value, n, 1 / num_classes)) / n
+
+
+def check_above_chance(accuracy: float, data: Dataset, name: str) -> None:
+    """Refuse a baseline whose validation accuracy is not clearly above chance.
+
+    Raises:
+        SpecError: It is not, with the input range the model saw and the preprocessing hint.
+    """
+    n = len(data.y_val)
+    needed = chance_threshold(data.num_classes, n)
+    if accuracy > needed:
+        return
+    raw = data.raw_input
+    raise SpecError(
+        f"model {name!r} scores {accuracy:.3f} on the {n} validation samples, not clearly above "
+        f"chance for {data.num_classes} classes ({1 / data.num_classes:.3f}; above {needed:.3f} "
+        f"is needed, p < {CHANCE_P_VALUE:g}), so no speedup or accuracy drop against it would "
+        f"mean anything. automl feeds a trained model its inputs as given: here "
+        f"{raw.get('dtype')} values from {raw.get('min')} to {raw.get('max')}. Preprocess the "
+        "dataset as the model was trained (scaling, normalisation, channel order) and check "
+        "that its labels use the model's class order"
+    )
+
+
+def _compare_expected(accuracy: float, expected: float, n: int, name: str) -> None:
+    """Warn when the baseline scores clearly below the accuracy the user stated."""
+    high = stats.binomtest(round(accuracy * n), n).proportion_ci(1 - CHANCE_P_VALUE).high
+    if high < expected:
+        logger.warning(
+            "model %r scores %.3f on the %d validation samples, clearly below the "
+            "expected_accuracy %.3f it was given: check that the dataset is preprocessed as "
+            "the model was trained",
+            name, accuracy, n, expected,
+        )  # fmt: skip
+
