@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import torch
@@ -32,10 +33,10 @@ def test_a_trained_models_study_shows_its_baseline_in_the_front(trained_cli):
         "study", "start", "--model", "trained_factories:digits_cnn", "--weights", "w.pt",
         "--n-trials", "3", "--no-remeasure-front",
     )  # fmt: skip
-    assert "Pareto front of trained-model-cpu" in done.stdout
+    assert "Pareto front of digits_cnn-cpu" in done.stdout
     assert "baseline (unmodified" in done.stdout and "speedup" in done.stdout
     study = optuna.load_study(
-        study_name="trained-model-cpu", storage=trained_cli.env["AUTOML_STORAGE"]
+        study_name="digits_cnn-cpu", storage=trained_cli.env["AUTOML_STORAGE"]
     )
     assert study.trials[0].user_attrs["baseline"] is True
 
@@ -64,3 +65,83 @@ def test_a_bad_trained_model_exits_non_zero_with_no_study(trained_cli, args, mes
     assert done.returncode != 0
     assert message in " ".join((done.stdout + done.stderr).split())
     assert _names(trained_cli) == []
+
+
+@pytest.fixture(scope="module")
+def raw_pixels(tmp_path_factory):
+    """The digits as uint8 pixels 0..255 in an .npz, and weights trained on them as given:
+    ``{"data": path, "sequential": path, "deep_narrow": path}``. The deep, narrow stand-in's
+    last layer is scaled 100×, so that its logits run in the hundreds, as a ResNet's may."""
+    from sklearn.datasets import load_digits
+    from trained_factories import deep_narrow, sequential
+
+    from automl.candidate import TrainConfig
+    from automl.data import load_dataset
+    from automl.pipeline.train import train
+
+    folder = tmp_path_factory.mktemp("raw")
+    bunch = load_digits()
+    x = (bunch.images * 16).clip(0, 255).astype(np.uint8)[:, None]
+    paths = {"data": folder / "raw.npz"}
+    np.savez(paths["data"], x_train=x[:1400], y_train=bunch.target[:1400],
+             x_test=x[1400:], y_test=bunch.target[1400:])  # fmt: skip
+    data = load_dataset(str(paths["data"]), standardize="none")
+    for factory, lr in ((sequential, 3e-3), (deep_narrow, 1e-2)):
+        model = train(factory(), data, TrainConfig(epochs=3, lr=lr), seed=0).model
+        if factory is deep_narrow:
+            with torch.no_grad():
+                model[-1].weight.mul_(100)
+                model[-1].bias.mul_(100)
+        paths[factory.__name__] = folder / f"{factory.__name__}.pt"
+        torch.save(model.state_dict(), paths[factory.__name__])
+    return paths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("factory", "layer"), [("sequential", "6"), ("deep_narrow", "38")])
+def test_an_unnamed_sequential_and_a_deep_narrow_model_are_optimized(
+    trained_cli, raw_pixels, factory, layer
+):
+    trained_cli(
+        "study", "start", "--model", f"trained_factories:{factory}", "--weights",
+        str(raw_pixels[factory]), "--dataset", str(raw_pixels["data"]), "--n-trials", "2",
+        "--name", factory, "--no-remeasure-front",
+    )  # fmt: skip
+    study = optuna.load_study(study_name=factory, storage=trained_cli.storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    assert {t.user_attrs["output_layer"] for t in study.trials} == {layer}
+
+
+def digits_cnn_untrained():
+    from trained_factories import digits_cnn
+
+    return digits_cnn()
+
+
+def test_a_baseline_at_chance_exits_non_zero_with_the_preprocessing_hint(trained_cli, raw_pixels):
+    torch.save(digits_cnn_untrained().state_dict(), trained_cli.root / "random.pt")
+    done = trained_cli(
+        "study", "start", "--model", "trained_factories:digits_cnn", "--weights", "random.pt",
+        "--dataset", str(raw_pixels["data"]), "--n-trials", "2", check=False,
+    )  # fmt: skip
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2, said
+    assert "not clearly above chance for 10 classes" in said
+    assert (
+        "automl feeds a trained model its inputs as given: here uint8 values from 0 to 255" in said
+    )
+    assert _names(trained_cli) == []
+
+
+def test_a_resume_on_changed_weights_is_refused(trained_cli):
+    args = ("study", "start", "--model", "trained_factories:digits_cnn", "--weights", "w.pt",
+            "--name", "w", "--n-trials", "1", "--no-remeasure-front")  # fmt: skip
+    trained_cli(*args)
+    state = torch.load(trained_cli.root / "w.pt", weights_only=True)
+    torch.save({k: v * 1.01 if v.is_floating_point() else v for k, v in state.items()},
+               trained_cli.root / "w.pt")  # fmt: skip
+    done = trained_cli(*args[:-3], "--n-trials", "2", "--no-remeasure-front", check=False)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode != 0 and "has changed since the study began" in said, said
+    study = optuna.load_study(study_name="w", storage=trained_cli.storage)
+    assert len(study.trials) == 1

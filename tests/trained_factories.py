@@ -68,3 +68,20 @@ class HeadNamed(DigitsCNN):
 def head_named() -> nn.Module:
     """A model whose output layer is ``head``, not ``classifier``."""
     return HeadNamed()
+
+
+def sequential() -> nn.Module:
+    """An unnamed ``nn.Sequential``: its output layer is '6', found by running it."""
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+    )  # fmt: skip
+
+
+def deep_narrow() -> nn.Module:
+    """A ResNet-like stand-in, deep and narrow, for raw uint8 pixels: 12 conv blocks with
+    batch norm, and no layer named ``classifier``."""
+    blocks = [nn.Conv2d(1, 12, 3, padding=1), nn.BatchNorm2d(12), nn.ReLU()]
+    for _ in range(11):
+        blocks += [nn.Conv2d(12, 12, 3, padding=1), nn.BatchNorm2d(12), nn.ReLU()]
+    return nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(12, 10))

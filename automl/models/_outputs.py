@@ -57,9 +57,7 @@ def pick_logits(output: Any, key: str | int | None) -> torch.Tensor:
             f"({_describe(output)})"
         ) from None
     if not isinstance(value, torch.Tensor):
-        raise SpecError(
-            f"model.output {key!r} is a {type(value).__name__}, not a tensor of logits"
-        )
+        raise SpecError(f"model.output {key!r} is a {type(value).__name__}, not a tensor of logits")
     return value
 
 

@@ -9,7 +9,7 @@ import torch
 import torch_pruning as tp
 
 from automl.candidate import OUTPUT_LAYER, TrainConfig
-from automl.errors import SpecError
+from automl.errors import SpecError, TrialFailed
 from automl.models import attention_heads
 from automl.models import output_layer as named_layer
 from automl.pipeline.train import logits_of, train
@@ -67,6 +67,7 @@ def prune(
 
     Raises:
         SpecError: The ratio is outside [0, 1), or the model has no ``output_layer``.
+        TrialFailed: The pruned model no longer runs.
     """
     if not 0.0 <= ratio < 1.0:
         raise SpecError(f"pruning_ratio must be in [0, 1), got {ratio}")
@@ -78,6 +79,7 @@ def prune(
         # The unpruned model is the teacher of a distilled fine-tune.
         teacher = logits_of(model, data.x_train) if finetune.kd_alpha > 0 else None
         _pruner(model, example, ratio, output_layer).step()
+        _check_runs(model, example, ratio)
         history = train(
             model, data, finetune,
             seed=seed, device=device, threads=threads, teacher_logits=teacher,
@@ -93,6 +95,20 @@ def prune(
         params_after=int(params_after),
         history=history,
     )
+
+
+def _check_runs(model: nn.Module, example: torch.Tensor, ratio: float) -> None:
+    """Raise ``TrialFailed`` when the pruned model no longer runs."""
+    try:
+        with torch.no_grad():
+            model(example)
+    except Exception as e:  # the user's forward, on shapes torch-pruning changed
+        raise TrialFailed(
+            f"the model no longer runs after pruning {ratio:g} of its channels "
+            f"({type(e).__name__}: {str(e)[:200]}): its forward holds sizes that pruning "
+            "cannot change (e.g. a Hugging Face attention's head size); fix pruning_ratio at "
+            "0 in the search space"
+        ) from None
 
 
 def _pruner(

@@ -242,8 +242,18 @@ class StudySpec(BaseModel):
                 "model: {factory: ..., weights: ...}, or use accuracy and latency metrics"
             )
         if self.name is None:
-            object.__setattr__(self, "name", f"{self.search_space}-{self.target}")
+            object.__setattr__(self, "name", self._default_name())
         return self
+
+    def _default_name(self) -> str:
+        """``<what>-<target>``: ``what`` is the trained model's factory function (or file), else
+        the search space, named by its file's stem where it is a path."""
+        space = Path(self.search_space)
+        what = space.stem if space.suffix in (".yaml", ".yml") else space.name
+        if self.model is not None:
+            what = self.model.factory.rpartition(":")[2] or Path(self.model.weights).stem
+        what = re.sub(r"[^A-Za-z0-9_.-]+", "-", what).lstrip("_.-") or "study"
+        return f"{what[:90]}-{self.target}"
 
     def _trained_defaults(self) -> None:
         """A trained model's study searches speedup against accuracy drop by default."""

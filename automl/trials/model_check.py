@@ -162,4 +162,3 @@ def _compare_expected(accuracy: float, expected: float, n: int, name: str) -> No
             "the model was trained",
             name, accuracy, n, expected,
         )  # fmt: skip
-

@@ -7,9 +7,10 @@ import torch
 from family_cases import FAMILY_CASES
 
 from automl.candidate import CONV_FAMILIES, ArchConfig
+from automl.errors import TrialFailed
 from automl.models import build_model
 from automl.pipeline._ort import make_session
-from automl.pipeline.export import export_onnx
+from automl.pipeline.export import compare_logits, export_onnx
 
 pytest_plugins = ["family_data"]
 
@@ -49,3 +50,59 @@ def test_every_family_exports_in_its_input_dtype(family_data, case, tmp_path):
     assert fixed == list(data.input_shape)  # e.g. the sequence length: fixed, the data's
     assert data.x_test.dtype == (np.int64 if data.is_tokens else np.float32)
     _check_dynamic_batch(model, result.path, data.x_test, data.num_classes)
+
+
+def _deep_narrow(gain: float) -> torch.nn.Module:
+    """A ResNet-sized stand-in: 14 narrow layers whose logits grow with ``gain`` per layer."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 64), torch.nn.ReLU()]
+    for _ in range(12):
+        layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(64, 10))
+    with torch.no_grad():
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                layer.weight.mul_(gain)
+    return model.eval()
+
+
+def test_large_logits_of_unscaled_inputs_export(tmp_path):
+    pixels = np.random.default_rng(0).integers(0, 256, (64, 3, 16, 16)).astype(np.float32)
+    model = _deep_narrow(gain=3.0)
+    with torch.no_grad():
+        assert model(torch.from_numpy(pixels)).abs().max() > 1000  # logits in the thousands
+    result = export_onnx(model, pixels, tmp_path / "m.onnx")
+    assert result.max_abs_diff > 1e-4  # an absolute bound of 1e-4 refused this export
+
+
+def test_logits_out_of_tolerance_or_a_flipped_class_fail():
+    expected = np.array([[10.0, 1.0, 0.0], [0.0, 50.0, 0.0]], dtype=np.float32)
+    assert compare_logits(expected + 0.005, expected).holds  # within 1e-4 + 1e-3 * 50
+    off = expected.copy()
+    off[0, 2] += 0.5
+    parity = compare_logits(off, expected)
+    assert not parity.holds and parity.class_flips == 0 and parity.worst_ratio > 40
+    flipped = expected[:, [1, 0, 2]]
+    assert compare_logits(flipped, expected).class_flips == 2
+
+
+def test_a_wrong_graph_is_refused_naming_both_figures(tmp_path, monkeypatch):
+    import automl.pipeline.export as export
+
+    model = _deep_narrow(gain=1.0)
+    real = export.make_session
+
+    class Shifted:  # ORT's logits, shifted by one: a wrong export
+        def __init__(self, session):
+            self.session = session
+
+        def get_inputs(self):
+            return self.session.get_inputs()
+
+        def run(self, names, feeds):
+            return [out + 1.0 for out in self.session.run(names, feeds)]
+
+    monkeypatch.setattr(export, "make_session", lambda *a, **k: Shifted(real(*a, **k)))
+    x = np.random.default_rng(0).random((8, 3, 16, 16), dtype=np.float32)
+    with pytest.raises(TrialFailed, match=r"largest difference 1\.00e\+00, .*x the allowed"):
+        export_onnx(model, x, tmp_path / "m.onnx")

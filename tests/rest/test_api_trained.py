@@ -7,7 +7,6 @@ import shutil
 import httpx
 import optuna
 import pytest
-import torch
 
 from api import create_app
 from automl.storage.factory import open_storage

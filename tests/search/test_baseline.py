@@ -20,7 +20,7 @@ def test_a_trained_models_spec_defaults_to_speedup_against_accuracy_drop():
         ("speedup", "maximize", "log"),
     ]
     assert [str(c) for c in spec.constraints] == ["accuracy_drop <= 0.01"]
-    assert spec.name == "trained-model-cpu"
+    assert spec.name == f"{MODEL['factory'].partition(':')[2]}-cpu"  # distinct per model
     assert parse_spec(spec.model_dump(mode="json")) == spec  # stored and read back
 
 

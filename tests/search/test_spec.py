@@ -87,3 +87,9 @@ def test_the_schema_enumerates_the_metrics():
     defs = StudySpec.model_json_schema()["$defs"]
     assert defs["Objective"]["properties"]["metric"]["enum"] == list(METRICS)
     assert defs["Constraint"]["properties"]["metric"]["enum"] == list(METRICS)
+
+
+def test_default_names_come_from_the_space_file_or_the_model():
+    assert parse_spec({"search_space": "/some/where/my space.yaml"}).name == "my-space-cpu"
+    model = {"factory": "pkg.models:resnet18", "weights": "w.pt"}
+    assert parse_spec({"model": model, "target": "a100"}).name == "resnet18-a100"
