@@ -50,7 +50,8 @@ class FailureOut(BaseModel):
 
 
 class StudyOut(BaseModel):
-    """A study: spec, state, progress, and why it waits when queued."""
+    """A study: spec, state, progress, why it waits when queued, and why it failed when it
+    failed before any trial (``error``)."""
 
     name: str
     spec: StudySpec
@@ -60,6 +61,7 @@ class StudyOut(BaseModel):
     created_at: str | None
     eta_s: float | None
     waiting_reason: str | None
+    error: str | None = None
     failures: list[FailureOut]
     links: dict[str, str]
 

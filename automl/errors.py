@@ -15,6 +15,11 @@ class DataError(SpecError):
     """A dataset is missing, malformed or inconsistent."""
 
 
+class ModelRefused(SpecError):
+    """A trained model loads here but is wrong wherever it runs: its weights do not fit, it
+    does not run on the data or export, or it scores at chance. Its study cannot go on."""
+
+
 class StorageUnavailable(AutomlError):
     """The study storage cannot be reached (server down, wrong host, port, database or user)."""
 

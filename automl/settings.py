@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     # The trained-model factories (package.module:function) a REST client may name; none by
     # default, so that a network client never names arbitrary code.
     model_factories: list[str] = Field(default_factory=list)
+    # How long a REST submission of a trained model waits for its check (load, export, score)
+    # before the 201; a check that takes longer is left to the worker, which fails the study
+    # with the reason if the model is refused.
+    model_check_timeout_s: float = Field(default=60.0, gt=0)
     # The largest dataset a study accepts: more is refused when the study is created.
     data_max_samples: int = Field(default=5_000_000, ge=1)
     data_max_features: int = Field(default=1_000_000, ge=1)

@@ -21,6 +21,7 @@ from automl.errors import AutomlError
 from automl.fleet.study_loop import run_study_loop, storage_unreachable
 from automl.service.read import target_present
 from automl.service.studies import (
+    REFUSED_ATTR,
     STOP_ATTR,
     fail_cap,
     forgiven_failures,
@@ -64,7 +65,7 @@ def runnable_studies(storage: BaseStorage, scope: Scope = Scope()) -> list[str]:
 
 def _runnable(study: FrozenStudy, storage: BaseStorage, scope: Scope) -> bool:
     spec = readable_spec(study.user_attrs)
-    if spec is None or study.user_attrs.get(STOP_ATTR):
+    if spec is None or study.user_attrs.get(STOP_ATTR) or study.user_attrs.get(REFUSED_ATTR):
         return False
     try:
         if not scope.admits(study.study_name, spec.target) or not target_present(spec.target):

@@ -18,7 +18,7 @@ import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from automl.data import cached_dataset
-from automl.errors import Aborted
+from automl.errors import Aborted, ModelRefused
 from automl.fleet.tracking import tracker
 from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
@@ -31,6 +31,7 @@ from automl.service.studies import (
     forgiven_failures,
     load,
     out_of_time,
+    refuse_study,
     state_counts,
 )
 from automl.storage.factory import cached
@@ -205,7 +206,11 @@ def run_study_loop(
     objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
     if stop is not None:
         objective.aborted = lambda: stop.aborted
-    objective.check_inputs()
+    try:
+        objective.check_inputs()
+    except ModelRefused as e:  # wrong on every worker: the study fails, and says why
+        refuse_study(existing, str(e))
+        raise
     check_fingerprint(
         existing, spec, cached_dataset(**spec.data_args).fingerprint, objective.model_fingerprint
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -74,7 +75,8 @@ def study_panel(info: StudyInfo) -> Panel:
     spec = info.spec
     lines = [
         f"[bold]target[/] {spec['target']}   [bold]space[/] {spec['search_space']}   "
-        f"[bold]dataset[/] {spec['dataset']}   [bold]sampler[/] {spec['sampler']}",
+        f"[bold]dataset[/] {spec.get('dataset_name') or spec['dataset']}   "
+        f"[bold]sampler[/] {spec['sampler']}",
         "[bold]objectives[/] "
         + ", ".join(f"{o['direction']} {o['metric']}" for o in spec["objectives"]),
         "[bold]constraints[/] "
@@ -87,6 +89,8 @@ def study_panel(info: StudyInfo) -> Panel:
     ]
     if info.eta_s is not None:
         lines.append(f"[bold]ETA[/] {info.eta_s:.0f} s")
+    if info.error:
+        lines.append(f"[red]failed before any trial:[/] {escape(info.error)}")
     for failure in info.failures[-10:]:
         retry = failure.get("retried_as")
         retried = f" (retried as trial {retry})" if retry is not None else ""

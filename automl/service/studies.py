@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 DATA_ATTR = "data_fingerprint"
 MODEL_ATTR = "model_fingerprint"  # a trained model's weights, factory and its module's source
 FORGIVEN_ATTR = "failures_forgiven"
+# Why no worker can run the study (e.g. its trained model is refused), set by the worker that
+# found it; the study is then failed.
+REFUSED_ATTR = "refused"
 STOP_ATTR = "stop_requested"
 LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
 
@@ -59,6 +62,7 @@ class StudyInfo:
     created_at: str | None = None
     eta_s: float | None = None
     failures: list[dict] = field(default_factory=list)
+    error: str | None = None  # why the study failed before any trial could run
 
     def as_dict(self) -> dict:
         """Plain JSON-able form."""
@@ -116,6 +120,8 @@ def create_study(
         check_fingerprint(study, spec, fingerprint)
     study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
     study.set_user_attr(STOP_ATTR, False)
+    if study.user_attrs.get(REFUSED_ATTR):  # resumed once its input was fixed
+        study.set_user_attr(REFUSED_ATTR, None)
     return study
 
 
@@ -267,10 +273,12 @@ def study_state(
     stop_requested: bool,
     timed_out: bool = False,
     forgiven: int = 0,
+    refused: bool = False,
 ) -> str:
     """queued, running, done, stopped or failed, from the counts, stop flag and time budget.
 
-    ``forgiven`` failures (see :func:`retry_failed`) do not count towards the failure cap.
+    ``forgiven`` failures (see :func:`retry_failed`) do not count towards the failure cap;
+    a ``refused`` study (see :func:`refuse_study`) has failed.
     """
     if spec.n_trials is not None and counts["COMPLETE"] >= spec.n_trials:
         return "done"
@@ -278,7 +286,7 @@ def study_state(
         return "running"
     if stop_requested:
         return "stopped"
-    if counts["FAIL"] >= fail_cap(spec, forgiven):
+    if refused or counts["FAIL"] >= fail_cap(spec, forgiven):
         return "failed"
     return "done" if timed_out else "queued"
 
@@ -341,7 +349,8 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
     stop_requested = bool(study.user_attrs.get(STOP_ATTR))
     timed_out = out_of_time(spec, first_start(trials))
     forgiven = forgiven_failures(study.user_attrs)
-    state = study_state(spec, counts, stop_requested, timed_out, forgiven)
+    error = study.user_attrs.get(REFUSED_ATTR)
+    state = study_state(spec, counts, stop_requested, timed_out, forgiven, error is not None)
     # Optuna's retry callback appends the trial it re-runs to the retry's history.
     retries = {
         t.system_attrs["retry_history"][-1]: t.number
@@ -367,7 +376,14 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
         created_at=study.user_attrs.get("created_at"),
         eta_s=_eta(trials, spec, counts) if state == "running" else None,
         failures=failures,
+        error=error,
     )
+
+
+def refuse_study(study: optuna.Study, reason: str) -> None:
+    """Mark ``study`` failed before its trials, for ``reason``: no worker will take it, and
+    every view says why. :func:`create_study` on the same spec (a resume) clears it."""
+    study.set_user_attr(REFUSED_ATTR, reason)
 
 
 def _eta(trials: list[optuna.trial.FrozenTrial], spec: StudySpec, counts: dict) -> float | None:

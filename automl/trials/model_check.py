@@ -16,7 +16,7 @@ import torch
 from scipy import stats
 
 from automl.data import cached_dataset
-from automl.errors import SpecError
+from automl.errors import ModelRefused, SpecError
 from automl.models import find_output_layer
 from automl.pipeline._ort import make_session
 from automl.pipeline.evaluate import evaluate
@@ -48,13 +48,25 @@ def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel:
         The trained model, with its output layer (the one named, or the one found).
 
     Raises:
-        SpecError: The weights are missing, unreadable or do not fit the factory's model, the
-            model does not take the data or give one logit per class, it cannot be exported
-            to ONNX, or its validation accuracy is not clearly above chance.
+        SpecError: The weights file is missing here (it may be on other hosts).
+        ModelRefused: The weights are unreadable or do not fit the factory's model, the model
+            does not take the data or give one logit per class, it cannot be exported to
+            ONNX, or its validation accuracy is not clearly above chance.
     """
     assert spec.model is not None
     given = spec.model
     trained = open_trained(given.factory, given.weights, given.output_layer, given.output)
+    try:
+        return _checked(trained, spec, data)
+    except ModelRefused:
+        raise
+    except SpecError as e:
+        raise ModelRefused(str(e)) from None
+
+
+def _checked(trained: TrainedModel, spec: StudySpec, data: Dataset) -> TrainedModel:
+    given = spec.model
+    assert given is not None
     model = trained.build()
     inputs = torch.from_numpy(data.x_val[:2])
     _check_outputs(model, inputs, data, given.factory)
@@ -162,3 +174,24 @@ def _compare_expected(accuracy: float, expected: float, n: int, name: str) -> No
             "the model was trained",
             name, accuracy, n, expected,
         )  # fmt: skip
+
+
+def main() -> int:
+    """Check the trained model of the spec on standard input (JSON): exit 0, or print why it
+    is refused and exit 2. The REST service runs this in a child process, which imports torch
+    and ends with the check, so that the web process imports neither."""
+    import json
+    import sys
+
+    from automl.search.spec import parse_spec
+
+    try:
+        check_study_model(parse_spec(json.loads(sys.stdin.read())))
+    except SpecError as e:
+        print(str(e), end="")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,8 +13,6 @@ from automl.data import load_dataset
 from automl.models import LogitsOf
 from automl.pipeline.train import train
 
-pytest.importorskip("transformers")  # the dev extra installs it: the test runs in CI
-
 # Deployment knobs of a model whose attention pruning cannot shrink (its head size is config).
 SPACE = """
 name: hf-deploy
