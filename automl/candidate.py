@@ -120,6 +120,8 @@ class TrainConfig:
 
 
 INT8_MODES = ("static", "dynamic")
+# ONNX Runtime's graph optimisation levels, fewest rewrites first (see automl.pipeline._ort).
+GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ class Candidate:
     ``arch`` is None for a trained model (the study's ``model``), which is loaded, not trained.
     The fine-tune after pruning runs at ``finetune_lr`` (default: a third of ``train.lr``) and,
     with ``kd_alpha`` > 0, distils the unpruned model's logits at ``kd_temperature``.
+    ``graph_optimization`` is ONNX Runtime's graph optimisation level for the deployed graph
+    (``disable``, ``basic``, ``extended`` or ``all``).
     """
 
     arch: ArchConfig | None
@@ -144,8 +148,14 @@ class Candidate:
     finetune_lr: float | None = None
     kd_alpha: float = 0.0
     kd_temperature: float = 4.0
+    graph_optimization: str = "all"
 
     def __post_init__(self) -> None:
+        if self.graph_optimization not in GRAPH_OPTIMIZATIONS:
+            raise SpecError(
+                f"graph_optimization must be one of {list(GRAPH_OPTIMIZATIONS)}, got "
+                f"{self.graph_optimization!r}"
+            )
         if self.method is not None:
             object.__setattr__(self, "bits", get_method(self.method).bits)
         if self.bits not in BITS:

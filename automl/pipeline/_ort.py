@@ -35,12 +35,24 @@ ORT_DTYPES = {
 UNSAFE_REWRITES = MappingProxyType({"fp8-trt": ("ReluQuantRewrite",)})
 
 
+# ONNX Runtime's graph optimisation levels, by the name a search space gives them.
+GRAPH_OPTIMIZATIONS = MappingProxyType(
+    {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+)
+
+
 def make_session(
     model_path: Path | str,
     providers: Sequence[str],
     intra_op_threads: int,
     provider_options: Mapping[str, Mapping[str, str]] | None = None,
     disabled_optimizers: Sequence[str] = (),
+    optimization: str = "all",
 ) -> ort.InferenceSession:
     """Open an ORT session on the first available of ``providers`` with pinned threads.
 
@@ -60,6 +72,7 @@ def make_session(
         provider_options: Options per provider name (a backend's: see
             :meth:`automl.pipeline.backends.Backend.provider_options`).
         disabled_optimizers: Graph rewrites to leave out (see :data:`UNSAFE_REWRITES`).
+        optimization: The graph optimisation level, a key of :data:`GRAPH_OPTIMIZATIONS`.
 
     Returns:
         The session. ``get_providers()`` lists the providers it registered; where its nodes
@@ -69,7 +82,7 @@ def make_session(
     options.intra_op_num_threads = intra_op_threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.graph_optimization_level = GRAPH_OPTIMIZATIONS[optimization]
     options.log_severity_level = 2  # warnings: unassigned nodes, Memcpy nodes added
     options.add_session_config_entry(RECORD_PLACEMENT, "1")
     available = set(ort.get_available_providers())

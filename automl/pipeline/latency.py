@@ -181,6 +181,7 @@ def measure_latency(
     min_seconds: float = 0.25,
     rel_ci: float = 0.02,
     budgets: Sequence[LatencyBudget] = (),
+    optimization: str = "all",
 ) -> Latency:
     """Measure the latency of one model at one batch size on the target's hardware.
 
@@ -205,6 +206,8 @@ def measure_latency(
         rel_ci: Stop once the median's 95% CI half-width is within this fraction of it.
         budgets: The study's latency constraints at this batch size; the runs stop as soon as
             they prove one exceeded (``over_budget``).
+        optimization: ONNX Runtime's graph optimisation level for a file (a session passed
+            in has its own).
 
     Returns:
         The measurement.
@@ -218,7 +221,7 @@ def measure_latency(
     """
     if not 1 <= min_runs <= max_runs:
         raise SpecError(f"need 1 <= min_runs <= max_runs; got {min_runs}, {max_runs}")
-    timer = open_runner(model, target, inputs, batch_size, method, cache_dir)
+    timer = open_runner(model, target, inputs, batch_size, method, cache_dir, optimization)
     _warm_up(timer.run_once, warmup_runs)
     limits = _Limits(min_runs, max_runs, min_seconds, max_seconds, rel_ci, tuple(budgets))
     samples, stop = _timed_runs(timer.run_once, batch_size, limits)
@@ -247,6 +250,7 @@ def ort_run_timer(
     *,
     method: str,
     warmup_runs: int = 10,
+    optimization: str = "all",
 ) -> tuple[Callable[[], float], dict[str, Any]]:
     """A warmed-up ONNX Runtime session on the target, as a function that times one run.
 
@@ -260,6 +264,7 @@ def ort_run_timer(
         batch_size: Samples per run.
         method: The graph's quantization method; it picks the target's backend.
         warmup_runs: Untimed runs first.
+        optimization: ONNX Runtime's graph optimisation level.
 
     Returns:
         ``run_once`` (milliseconds per batch) and the environment fingerprint.
@@ -270,7 +275,7 @@ def ort_run_timer(
             Runtime refused the graph on it.
         SpecError: ``batch_size``, ``inputs`` or ``method`` are unusable.
     """
-    timer = open_runner(model, target, inputs, batch_size, method, None)
+    timer = open_runner(model, target, inputs, batch_size, method, None, optimization)
     _warm_up(timer.run_once, warmup_runs)
     return timer.run_once, timer.env
 

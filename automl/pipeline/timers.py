@@ -139,11 +139,12 @@ def backend_session(
     cache_dir: Path | None = None,
     *,
     cuda_graph: bool = False,
+    optimization: str = "all",
 ) -> ort.InferenceSession:
     """A session of ``model_path`` on the backend that measures ``method`` on ``target``.
 
     Its providers and options are the backend's (see :meth:`Backend.provider_options`), its
-    threads the target's. The trial evaluates accuracy in this session, so accuracy is the
+    threads the target's, its graph optimisation level ``optimization``. The trial evaluates accuracy in this session, so accuracy is the
     deployed runtime's.
 
     Raises:
@@ -155,7 +156,7 @@ def backend_session(
     unsafe = UNSAFE_REWRITES.get(method, ())
     threads = target.intra_op_threads
     try:
-        return make_session(model_path, backend.providers, threads, options, unsafe)
+        return make_session(model_path, backend.providers, threads, options, unsafe, optimization)
     except ORT_ERRORS as e:  # e.g. a TensorRT engine that does not build
         raise TrialFailed(
             f"ONNX Runtime could not open this {method} graph on {backend.provider}"
@@ -179,21 +180,25 @@ def open_runner(
     batch_size: int,
     method: str,
     cache_dir: Path | None,
+    optimization: str = "all",
 ) -> Runner:
     """The timers of ``model`` on the backend of ``method``, its placement checked.
 
     A GPU backend given a file tries a CUDA graph session first, and a plain one when ONNX
-    Runtime cannot capture the graph (the environment records which, and why).
+    Runtime cannot capture the graph (the environment records which, and why). A file is
+    opened at the graph optimisation level ``optimization``.
     """
     require_present(target, [method])
     if batch_size < 1 or len(inputs) == 0:
         raise SpecError(f"need batch_size >= 1 and some inputs; got {batch_size}, {len(inputs)}")
     backend = target.backend_for(method)
     if not backend.on_device:
-        session, env = _session_on(model, target, backend, method, cache_dir)
+        session, env = _session_on(model, target, backend, method, cache_dir, optimization)
         batch = _batch(inputs, batch_size, input_dtype(session))
         return Runner(host_timer(session, batch), None, env | {"timing": "host"})
-    return _bound_runner(model, target, backend, method, cache_dir, (inputs, batch_size))
+    return _bound_runner(
+        model, target, backend, method, cache_dir, (inputs, batch_size), optimization
+    )
 
 
 def _bound_runner(
@@ -203,12 +208,15 @@ def _bound_runner(
     method: str,
     cache_dir: Path | None,
     batch_of: tuple[np.ndarray, int],
+    optimization: str,
 ) -> Runner:
     """Device-resident timers; on a GPU, of a CUDA graph session where one can be captured."""
     env: dict[str, Any] = {}
     if backend.device == "cuda" and not isinstance(model, ort.InferenceSession):
         try:
-            session, env = _session_on(model, target, backend, method, cache_dir, True)
+            session, env = _session_on(
+                model, target, backend, method, cache_dir, optimization, cuda_graph=True
+            )
             _require_fixed_outputs(session, batch_of[1])
             timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), "cuda")
             timers.device_resident()  # the first run captures the graph, or refuses to
@@ -216,7 +224,7 @@ def _bound_runner(
             return Runner(timers.device_resident, timers.end_to_end, graph)
         except (*ORT_ERRORS, _NoCudaGraph, TrialFailed) as e:  # e.g. a node off the GPU
             env = {"cuda_graph_refused": f"{type(e).__name__}: {e}"}
-    session, own = _session_on(model, target, backend, method, cache_dir)
+    session, own = _session_on(model, target, backend, method, cache_dir, optimization)
     timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), backend.device)
     env = own | env | {"timing": "device-resident"}
     return Runner(timers.device_resident, timers.end_to_end, env)
@@ -244,6 +252,8 @@ def _session_on(
     backend: Backend,
     method: str,
     cache_dir: Path | None,
+    optimization: str,
+    *,
     cuda_graph: bool = False,
 ) -> tuple[ort.InferenceSession, dict[str, Any]]:
     """A session of ``model`` on the backend's provider, its placement checked, and its env.
@@ -255,7 +265,9 @@ def _session_on(
     """
     session = model
     if not isinstance(model, ort.InferenceSession):
-        session = backend_session(model, target, method, cache_dir, cuda_graph=cuda_graph)
+        session = backend_session(
+            model, target, method, cache_dir, cuda_graph=cuda_graph, optimization=optimization
+        )
     provider, wanted = session.get_providers()[0], backend.provider
     if provider != wanted:
         cuda = target.kind == "cuda"
@@ -268,7 +280,7 @@ def _session_on(
     placement = check_placement(node_placements(session), wanted, backend.placed_ops)
     options = session.get_provider_options().get(wanted)
     env = env_fingerprint(provider, target.intra_op_threads, target, placement, options)
-    return session, env | {"backend": backend.name}
+    return session, env | {"backend": backend.name, "graph_optimization": optimization}
 
 
 def env_fingerprint(

@@ -144,8 +144,11 @@ def describe(record: dict) -> str:
         candidate.get("method") or method_for(candidate["bits"], candidate["int8_mode"]).name
     )
     model = f"{arch['family']} w{arch['width']} d{arch['depth']} " if arch else ""
+    level = candidate.get("graph_optimization", "all")
+    graph = f" graph-opt {level}" if level != "all" else ""
     return (
         f"{model}prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
+        f"{graph}"
     )
 
 

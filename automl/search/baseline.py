@@ -1,7 +1,8 @@
 """The baseline of a trained model's study: the unmodified model, as one point of its space.
 
-The baseline is the study's first trial, enqueued with these params: no pruning, fp32, at the
-serving batch the user runs today (``model.batch_size``, by default the space's smallest).
+The baseline is the study's first trial, enqueued with these params: no pruning, fp32, ONNX
+Runtime's default graph optimisation (``all``), at the serving batch the user runs today
+(``model.batch_size``, by default the space's smallest).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from automl.search.spec import StudySpec
 
 # What makes a trial the unmodified model: the knob → its baseline value.
-_UNMODIFIED = {"pruning_ratio": 0.0, "method": "fp32", "bits": 32}
+_UNMODIFIED = {"pruning_ratio": 0.0, "method": "fp32", "bits": 32, "graph_optimization": "all"}
 
 
 def baseline_batch(spec: StudySpec, space: SearchSpace) -> int:

@@ -40,6 +40,7 @@ KEYS = (
     "finetune_lr",
     "kd_alpha",
     "kd_temperature",
+    "graph_optimization",
     "train.epochs",
     "train.lr",
     "train.weight_decay",
@@ -48,7 +49,7 @@ KEYS = (
 # A user-written family's own knobs: ``arch.extra.<name>`` is passed to it as ``name=``.
 EXTRA_PREFIX = "arch.extra."
 # Knobs that change how a model is deployed, not its weights.
-DEPLOYMENT_KEYS = ("bits", "int8_mode", "method", "batch_size")
+DEPLOYMENT_KEYS = ("bits", "int8_mode", "method", "batch_size", "graph_optimization")
 MAX_DEPLOYMENTS = 4096
 Scalar = int | float | str
 

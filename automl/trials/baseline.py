@@ -47,12 +47,17 @@ def baseline_candidate(candidate: Candidate, batch_size: int) -> Candidate:
     return replace(
         candidate, pruning_ratio=0.0, method="fp32", bits=32, int8_mode="static",
         batch_size=batch_size, finetune_epochs=0, finetune_lr=None, kd_alpha=0.0,
+        graph_optimization="all",
     )  # fmt: skip
 
 
 def is_unmodified(candidate: Candidate) -> bool:
     """Whether ``candidate`` deploys the unmodified model (at whatever batch)."""
-    return candidate.pruning_ratio == 0 and candidate.quant_method.name == "fp32"
+    return (
+        candidate.pruning_ratio == 0
+        and candidate.quant_method.name == "fp32"
+        and candidate.graph_optimization == "all"
+    )
 
 
 def measure_baseline(

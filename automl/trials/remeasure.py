@@ -86,7 +86,10 @@ def remeasure_front(
             )
             batch = attrs["candidate"]["batch_size"]
             method = attrs.get("latency", {}).get("method", "fp32")
-            run_once, env = ort_run_timer(path, target, data.x_test, batch, method=method)
+            level = attrs["candidate"].get("graph_optimization", "all")
+            run_once, env = ort_run_timer(
+                path, target, data.x_test, batch, method=method, optimization=level
+            )
             samples, stop = sample_until_decided(
                 run_once, batch, kept, min_runs=_MIN_RUNS, rel_ci=_REL_CI, max_seconds=max_seconds
             )

@@ -107,7 +107,7 @@ def run_trial(
         (evaluation, test_evaluation), latency = evaluate_and_measure(
             quantized.path, target, data, candidate.batch_size, timings=timings,
             budgets=latency_budgets(constraints, candidate.batch_size), method=quantized.method,
-            engine_dir=engine_dir,
+            engine_dir=engine_dir, optimization=candidate.graph_optimization,
         )  # fmt: skip
     metrics = {
         "accuracy": evaluation.accuracy,
@@ -155,6 +155,7 @@ def evaluate_and_measure(
     method: str,
     budgets: Sequence[LatencyBudget] = (),
     engine_dir: Path | None = None,
+    optimization: str = "all",
 ) -> tuple[tuple[Evaluation, Evaluation], Latency]:
     """Accuracy of an ONNX model at the serving batch, then its latency.
 
@@ -177,9 +178,10 @@ def evaluate_and_measure(
         method: The graph's quantization method; it picks the target's backend.
         budgets: Latency budgets that stop the timing early (see :class:`LatencyBudget`).
         engine_dir: Where TensorRT keeps its engines (the stage cache's).
+        optimization: ONNX Runtime's graph optimisation level of every session.
     """
     with timed(timings, "evaluate"):
-        session = backend_session(model_path, target, method, engine_dir)
+        session = backend_session(model_path, target, method, engine_dir, optimization=optimization)
         # At the serving batch: dynamic int8 scales depend on the batch.
         evaluations = tuple(
             evaluate(session, x, y, num_classes=data.num_classes, batch_size=batch_size)
@@ -191,7 +193,7 @@ def evaluate_and_measure(
     with timed(timings, "latency"), measurement_lock(target):  # alone on a shared GPU
         latency = measure_latency(
             timed_model, target, data.x_test, batch_size, method=method, cache_dir=engine_dir,
-            budgets=budgets, **warm,
+            budgets=budgets, optimization=optimization, **warm,
         )  # fmt: skip
     return evaluations, latency
 
