@@ -58,8 +58,9 @@ def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
 
 
 def _trained_model(model: dict, settings: Settings) -> dict:
-    """A trained model a client may name: an allowed factory, weights under the data root."""
-    if model["factory"] not in settings.model_factories:
+    """A trained model a client may name: an allowed factory (an ONNX graph needs none: it runs
+    no Python), weights under the data root."""
+    if model["factory"] is not None and model["factory"] not in settings.model_factories:
         raise _reject(
             "model.factory",
             f"model factory {model['factory']!r} is not allowed on this server; an operator "

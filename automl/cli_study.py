@@ -52,7 +52,7 @@ def start(
     ] = False,
     model: Annotated[
         str | None,
-        typer.Option(help="A trained model to optimize: package.module:function building it."),
+        typer.Option(help="A model to optimize: package.module:function, or an .onnx file."),
     ] = None,
     weights: Annotated[
         Path | None, typer.Option(help="The trained model's state dict (torch.save).")
@@ -77,7 +77,8 @@ def start(
     """Create (or resume) a study and run it here, ending with the Pareto front.
 
     `--model pkg.mod:fn --weights w.pt` optimizes that trained model (pruning, fine-tune,
-    quantization, batch) against its own measured baseline, the study's first trial.
+    quantization, batch) against its own measured baseline, the study's first trial;
+    `--model model.onnx` optimizes an ONNX graph (quantization, batch, graph optimisation).
 
     `--name N` alone (a budget may come with it) resumes study N with its stored spec.
     Ctrl-C finishes the running trial, prints the front and the command that resumes, and
@@ -162,17 +163,23 @@ def _interrupt(_signum: int, _frame: object) -> None:
 def _trained(
     model: str | None, weights: Path | None, output_layer: str | None, output: str | None
 ) -> dict | None:
-    """The spec's ``model`` from ``--model`` and ``--weights``, which come together, and
-    ``--output-layer`` and ``--model-output`` (an index where it is a number)."""
-    if (model is None) != (weights is None):
+    """The spec's ``model`` from ``--model`` and ``--weights``, which come together (but an
+    ``.onnx`` model comes alone), and ``--output-layer`` and ``--model-output`` (an index
+    where it is a number)."""
+    onnx = model is not None and model.lower().endswith(".onnx")
+    if onnx and weights is not None:
+        raise fail(SpecError("an .onnx --model holds its weights: it comes without --weights"))
+    if onnx:
+        model, weights = None, Path(str(model))
+    elif (model is None) != (weights is None):
         raise fail(SpecError("--model and --weights come together: the factory and its weights"))
-    if model is None:
+    if model is None and not onnx:
         if output_layer is not None or output is not None:
             raise fail(SpecError("--output-layer and --model-output describe a --model"))
         return None
     given = {"output_layer": output_layer, "output": int(output) if output and output.isdigit()
              else output}  # fmt: skip
-    return {"factory": model, "weights": str(weights), **_given(given)}
+    return _given({"factory": model, "weights": str(weights), **given})
 
 
 def _given(values: dict) -> dict:

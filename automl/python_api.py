@@ -56,7 +56,7 @@ def optimize(
     remeasure: bool = True,
     retry_failed: bool = False,
     mlflow_uri: str | None = None,
-    model: nn.Module | Mapping[str, Any] | None = None,
+    model: nn.Module | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     standardize: str | None = None,
 ) -> StudyResult:
     """Create (or resume) a study and run its trials here until it is done.
@@ -106,7 +106,9 @@ def optimize(
             speedup, and the constraint to ``accuracy_drop <= 0.01``. A dict may also give
             ``output_layer`` (found when left out), ``output`` (the logits' key or index, for
             a model that returns a ``ModelOutput``, a dict or a tuple) and
-            ``expected_accuracy``.
+            ``expected_accuracy``. A path to an ``.onnx`` file optimizes that graph as it is
+            (quantization method, batch, ONNX Runtime's graph optimisation; space
+            ``onnx-model``), never pruned or fine-tuned.
         standardize: How float inputs are standardised: ``auto`` (per feature for (N, F),
             per channel for (N, C, ...), from the train split), ``scalar``, ``per_feature``,
             ``per_channel`` or ``none``; a trained model's default is ``none``.
@@ -244,7 +246,11 @@ def _objectives(values: Sequence | str | None) -> list | None:
     return [{"metric": value} if isinstance(value, str) else value for value in listed]
 
 
-def _model(model: nn.Module | Mapping[str, Any] | None, settings: Settings) -> dict | None:
+def _model(
+    model: nn.Module | Mapping[str, Any] | str | os.PathLike[str] | None, settings: Settings
+) -> dict | None:
+    if isinstance(model, str | os.PathLike):  # an ONNX graph
+        return {"weights": os.fspath(model)}
     if model is None or isinstance(model, Mapping):
         paths = {k: os.fspath(v) for k, v in (model or {}).items() if isinstance(v, os.PathLike)}
         return None if model is None else {**model, **paths}

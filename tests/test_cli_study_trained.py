@@ -145,3 +145,48 @@ def test_a_resume_on_changed_weights_is_refused(trained_cli):
     assert done.returncode != 0 and "has changed since the study began" in said, said
     study = optuna.load_study(study_name="w", storage=trained_cli.storage)
     assert len(study.trials) == 1
+
+
+@pytest.fixture
+def onnx_cli(trained_cli):
+    """The trained digits CNN exported to model.onnx at a fixed batch of 1, as teams hand
+    graphs over; and one whose Reshape fixes the batch, as fixed.onnx."""
+    from trained_factories import digits_cnn
+
+    model = digits_cnn()
+    model.load_state_dict(torch.load(trained_cli.root / "w.pt", weights_only=True))
+    one = (torch.zeros(1, 1, 8, 8),)
+    torch.onnx.export(model.eval(), one, str(trained_cli.root / "model.onnx"), dynamo=False)
+    flat = torch.nn.Sequential(torch.nn.Flatten(0), torch.nn.Linear(64, 10)).eval()
+    torch.onnx.export(flat, one, str(trained_cli.root / "fixed.onnx"), dynamo=False)
+    return trained_cli
+
+
+@pytest.mark.slow
+def test_an_onnx_model_is_searched_over_method_batch_and_graph_optimization(onnx_cli):
+    onnx_cli("study", "start", "--model", "model.onnx", "--n-trials", "3", "--no-remeasure-front")
+    study = optuna.load_study(study_name="model-cpu", storage=onnx_cli.storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    assert study.trials[0].user_attrs["baseline"] and study.trials[0].user_attrs["accuracy"] > 0.9
+    assert set(study.trials[1].params) == {"method", "batch_size", "graph_optimization"}
+    assert (
+        study.trials[1].user_attrs["env"]["graph_optimization"]
+        == (study.trials[1].params["graph_optimization"])
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "model.onnx", "--space", "trained-model"],
+         "an ONNX model has no torch weights, so it is neither pruned nor fine-tuned"),
+        (["--model", "model.onnx", "--weights", "w.pt"], "it comes without --weights"),
+        (["--model", "fixed.onnx"], "does not run on the data (samples of shape (1, 8, 8)) at "
+                                    "batches 1 and 4"),
+    ],
+)  # fmt: skip
+def test_an_onnx_model_that_cannot_be_searched_is_refused(onnx_cli, args, message):
+    done = onnx_cli("study", "start", *args, "--n-trials", "2", check=False)
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2 and message in said, said
+    assert _names(onnx_cli) == []

@@ -51,6 +51,10 @@ EXTRA_PREFIX = "arch.extra."
 # Knobs that change how a model is deployed, not its weights.
 DEPLOYMENT_KEYS = ("bits", "int8_mode", "method", "batch_size", "graph_optimization")
 MAX_DEPLOYMENTS = 4096
+# Knobs of a torch model's weights: an ONNX model has none of them.
+_TORCH_ONLY = (
+    "pruning_ratio", "finetune_epochs", "finetune_lr", "kd_alpha", "kd_temperature",
+)  # fmt: skip
 Scalar = int | float | str
 
 
@@ -155,9 +159,19 @@ class SearchSpace(BaseModel):
         """Whether the space builds its models (sets ``arch.family``), or tunes a trained one."""
         return "arch.family" in self.candidate_keys()
 
-    def check_model(self, trained: bool) -> None:
-        """Raise ``SpecError`` unless the space fits a study of a trained model (``trained``) or
-        a study that trains its own."""
+    def check_model(self, trained: bool, onnx: bool = False) -> None:
+        """Raise ``SpecError`` unless the space fits a study of a trained model (``trained``),
+        of an ONNX model (``onnx``: nothing pruned or fine-tuned) or one that trains its own."""
+        tuned = [
+            k for k in self.candidate_keys()
+            if k in _TORCH_ONLY and (k != "pruning_ratio" or any(self.values_of(k)))
+        ]  # fmt: skip
+        if onnx and tuned:
+            raise SpecError(
+                f"search space {self.name!r} sets {tuned}: an ONNX model has no torch weights, "
+                "so it is neither pruned nor fine-tuned; its space holds method, batch_size "
+                "and graph_optimization, as the shipped 'onnx-model' space does"
+            )
         if trained and self.trains_models:
             arch = [k for k in self.candidate_keys() if k.startswith("arch.")]
             raise SpecError(

@@ -48,8 +48,9 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # whole name: see fullma
 # NumPy's legacy RandomState, which Optuna's samplers and scikit-learn's splits use, takes seeds
 # in [0, 2**32).
 MAX_SEED = 2**32 - 1
-# The shipped space of a trained model's study: deployment knobs only.
+# The shipped spaces of a trained model's study and of an ONNX model's: deployment knobs only.
 TRAINED_SPACE = "trained-model"
+ONNX_SPACE = "onnx-model"
 
 
 class Objective(BaseModel):
@@ -147,7 +148,8 @@ def check_metric(metric: str) -> str:
 
 
 class TrainedModel(BaseModel):
-    """A model the user trained: ``factory`` builds it, ``weights`` is its state dict.
+    """A model the user trained: ``factory`` builds it, ``weights`` is its state dict; or an
+    ONNX graph, ``weights`` ending in ``.onnx`` with no ``factory``, deployed as it is.
 
     ``batch_size`` is the baseline's serving batch (default: the space's smallest);
     ``output_layer`` the layer giving the logits, which pruning keeps whole (found by running
@@ -158,8 +160,12 @@ class TrainedModel(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    factory: str = Field(description="package.module:function returning the nn.Module")
-    weights: str = Field(description="path to the state_dict saved with torch.save")
+    factory: str | None = Field(
+        default=None, description="package.module:function returning the nn.Module"
+    )
+    weights: str = Field(
+        description="path to the state_dict saved with torch.save, or to an .onnx graph"
+    )
     batch_size: int | None = Field(default=None, ge=1)
     output_layer: str | None = Field(
         default=None, description="the layer giving the logits; found when left out"
@@ -171,10 +177,34 @@ class TrainedModel(BaseModel):
 
     @field_validator("factory")
     @classmethod
-    def _factory(cls, factory: str) -> str:
-        if not _FACTORY.fullmatch(factory):
+    def _factory(cls, factory: str | None) -> str | None:
+        if factory is not None and not _FACTORY.fullmatch(factory):
             raise ValueError(f"factory {factory!r} must look like 'package.module:function'")
         return factory
+
+    @model_validator(mode="after")
+    def _kind(self) -> TrainedModel:
+        if self.is_onnx and (self.factory is not None or self.output_layer is not None):
+            raise ValueError(
+                "an .onnx model is a graph: it takes no factory and no output_layer (nothing "
+                "of it is pruned)"
+            )
+        if not self.is_onnx and self.factory is None:
+            raise ValueError(
+                "a trained model needs its factory (package.module:function) beside its "
+                "weights, unless the weights are an .onnx graph"
+            )
+        return self
+
+    @property
+    def is_onnx(self) -> bool:
+        """Whether the model is an ONNX graph rather than a factory and its state dict."""
+        return self.weights.lower().endswith(".onnx")
+
+    @property
+    def label(self) -> str:
+        """How messages name the model: its factory, or its ONNX file."""
+        return self.factory or self.weights
 
 
 def _default_objectives() -> list[Objective]:
@@ -251,14 +281,15 @@ class StudySpec(BaseModel):
         space = Path(self.search_space)
         what = space.stem if space.suffix in (".yaml", ".yml") else space.name
         if self.model is not None:
-            what = self.model.factory.rpartition(":")[2] or Path(self.model.weights).stem
+            what = (self.model.factory or "").rpartition(":")[2] or Path(self.model.weights).stem
         what = re.sub(r"[^A-Za-z0-9_.-]+", "-", what).lstrip("_.-") or "study"
         return f"{what[:90]}-{self.target}"
 
     def _trained_defaults(self) -> None:
         """A trained model's study searches speedup against accuracy drop by default."""
         if "search_space" not in self.model_fields_set:
-            object.__setattr__(self, "search_space", TRAINED_SPACE)
+            space = ONNX_SPACE if self.model.is_onnx else TRAINED_SPACE
+            object.__setattr__(self, "search_space", space)
         if "objectives" not in self.model_fields_set:
             objectives = [Objective(metric="accuracy_drop"), Objective(metric="speedup")]
             object.__setattr__(self, "objectives", objectives)

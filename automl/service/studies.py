@@ -136,7 +136,7 @@ def _baseline_params(spec: StudySpec, space: SearchSpace) -> dict | None:
     Raises:
         SpecError: The space does not fit the study's kind, or cannot express the baseline.
     """
-    space.check_model(spec.model is not None)
+    space.check_model(spec.model is not None, spec.model is not None and spec.model.is_onnx)
     return baseline_params(spec, space) if spec.model is not None else None
 
 
@@ -189,7 +189,7 @@ def check_fingerprint(
     """
     checks = [(DATA_ATTR, fingerprint, f"dataset {spec.dataset_shown!r}", DataError)]
     if model is not None and spec.model is not None:
-        what = f"model {spec.model.factory!r} with weights {spec.model.weights!r}"
+        what = f"model {spec.model.label!r} with weights {spec.model.weights!r}"
         checks.append((MODEL_ATTR, model, what, SpecError))
     for attr, now, what, error in checks:
         stored = study.user_attrs.get(attr)

@@ -12,15 +12,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from scipy import stats
 
 from automl.data import cached_dataset
 from automl.errors import ModelRefused, SpecError
 from automl.models import find_output_layer
-from automl.pipeline._ort import make_session
+from automl.onnx_model import OnnxModel, open_onnx
+from automl.pipeline._ort import feed, input_dtype, input_name, make_session
 from automl.pipeline.evaluate import evaluate
-from automl.pipeline.export import export_onnx
+from automl.pipeline.export import compare_logits, export_onnx
 from automl.trained_model import TrainedModel, open_trained
 
 if TYPE_CHECKING:
@@ -41,23 +43,29 @@ def check_study_model(spec: StudySpec) -> None:
         check_trained_model(spec, cached_dataset(**spec.data_args))
 
 
-def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel:
-    """Load the study's trained model, find its output layer, export it and score it once.
+def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel | OnnxModel:
+    """Load the study's trained model, find its output layer, export it and score it once;
+    or prepare its ONNX model (see :meth:`OnnxModel.prepare`) and score that.
 
     Returns:
-        The trained model, with its output layer (the one named, or the one found).
+        The trained model, with its output layer (the one named, or the one found), or the
+        ONNX model.
 
     Raises:
-        SpecError: The weights file is missing here (it may be on other hosts).
-        ModelRefused: The weights are unreadable or do not fit the factory's model, the model
+        SpecError: The weights file is missing or unreadable here (other hosts may have it).
+        ModelRefused: The weights are no state dict or do not fit the factory's model, the model
             does not take the data or give one logit per class, it cannot be exported to
             ONNX, or its validation accuracy is not clearly above chance.
     """
     assert spec.model is not None
     given = spec.model
-    trained = open_trained(given.factory, given.weights, given.output_layer, given.output)
+    if given.is_onnx:  # a missing or unreadable file is this host's: others may have it
+        model, check = open_onnx(given.weights, given.output), _checked_onnx
+    else:
+        opened = open_trained(given.factory, given.weights, given.output_layer, given.output)
+        model, check = opened, _checked
     try:
-        return _checked(trained, spec, data)
+        return check(model, spec, data)
     except ModelRefused:
         raise
     except SpecError as e:
@@ -80,11 +88,53 @@ def _checked(trained: TrainedModel, spec: StudySpec, data: Dataset) -> TrainedMo
             f"{[n for n, _ in model.named_children()]}); name the layer that gives the logits "
             "with model.output_layer (--output-layer), or leave it out to have it found"
         ) from None
-    accuracy = _exported_accuracy(model, data, given.factory)
-    check_above_chance(accuracy, data, given.factory)
-    if given.expected_accuracy is not None:
-        _compare_expected(accuracy, given.expected_accuracy, len(data.y_val), given.factory)
+    _check_accuracy(_exported_accuracy(model, data, given.label), spec, data, given.label)
     return trained
+
+
+def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> OnnxModel:
+    """The ONNX model, once its prepared graph runs on the data at any batch and beats chance.
+
+    Raises:
+        ModelRefused: It does not, naming why.
+    """
+    name = spec.model.label if spec.model else model.path.name
+    with tempfile.TemporaryDirectory(prefix="automl-check-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        model.prepare(path)
+        try:
+            session = make_session(path, ["CPUExecutionProvider"], 1)
+            x = feed(data.x_val[:4], input_dtype(session))
+            together = session.run(None, {input_name(session): x})[0]
+            alone = np.concatenate([session.run(None, {input_name(session): x[i : i + 1]})[0]
+                                    for i in range(len(x))])  # fmt: skip
+        except Exception as e:  # ONNX Runtime's errors: a graph it cannot open or run
+            raise ModelRefused(
+                f"ONNX model {name!r} does not run on the data (samples of shape "
+                f"{data.input_shape}) at batches 1 and {len(x)}: {type(e).__name__}: {e}"
+            ) from None
+        if together.shape != (len(x), data.num_classes):
+            raise ModelRefused(
+                f"ONNX model {name!r} gives outputs of shape {together.shape[1:]} per sample; "
+                f"the data has {data.num_classes} classes, so it must give "
+                f"({data.num_classes},) logits"
+            )
+        if not compare_logits(together, alone).holds:
+            raise ModelRefused(
+                f"ONNX model {name!r} gives other logits for a sample in a batch than alone: "
+                "its batch axis is not dynamic (e.g. a Reshape to batch 1); export it with a "
+                "dynamic batch axis (torch.onnx.export's dynamic_axes)"
+            )
+        accuracy = evaluate(session, data.x_val, data.y_val, num_classes=data.num_classes).accuracy
+    _check_accuracy(accuracy, spec, data, name)
+    return model
+
+
+def _check_accuracy(accuracy: float, spec: StudySpec, data: Dataset, name: str) -> None:
+    check_above_chance(accuracy, data, name)
+    expected = spec.model.expected_accuracy if spec.model else None
+    if expected is not None:
+        _compare_expected(accuracy, expected, len(data.y_val), name)
 
 
 def _check_outputs(model: nn.Module, inputs: torch.Tensor, data: Dataset, name: str) -> None:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from optuna.artifacts import FileSystemArtifactStore
 
+    from automl.onnx_model import OnnxModel
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.targets import Target
@@ -91,7 +92,7 @@ class StudyObjective:
         _ = self._trained
 
     @cached_property
-    def _trained(self) -> TrainedModel | None:
+    def _trained(self) -> TrainedModel | OnnxModel | None:
         """The study's trained model, checked once per objective; None when it trains its own."""
         if self.spec.model is None:
             return None
@@ -167,7 +168,7 @@ class StudyObjective:
             DESCRIPTION_ATTR: describe_dataset(data),
             ARTIFACT_ID: artifact_id,
         }
-        if self._trained is not None:  # found, or named: what pruning kept whole
+        if getattr(self._trained, "output_layer", None):  # found, or named: kept whole
             attrs["output_layer"] = self._trained.output_layer
         violations = [c.violation(outcome.metrics) for c in self.spec.constraints]
         attrs["feasible"] = all(v <= 0 for v in violations)

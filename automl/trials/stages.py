@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from automl.candidate import OUTPUT_LAYER, TrainConfig
+from automl.errors import SpecError
 from automl.models import build_model
+from automl.onnx_model import OnnxModel
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
 from automl.pipeline.prune import PruneResult, prune
 from automl.pipeline.quantize import QuantizedModel, quantize_method
@@ -44,7 +46,7 @@ class CachedStages:
     """The stages of one candidate up to its quantized graph; ``reused`` says what was cached.
 
     ``cache`` None computes every stage. With ``trained``, the model is the user's trained
-    one, loaded instead of trained.
+    one, loaded instead of trained; an ONNX model's graph is taken as the export.
     """
 
     candidate: Candidate
@@ -54,7 +56,7 @@ class CachedStages:
     threads: int
     device: str
     cache: StageCache | None
-    trained: TrainedModel | None = None
+    trained: TrainedModel | OnnxModel | None = None
 
     def __post_init__(self) -> None:
         c = self.candidate
@@ -114,6 +116,9 @@ class CachedStages:
         if hit is not None:
             self._reuse("train", "prune", "export")
             return ExportResult(hit[0], hit[1]["max_abs_diff"]), hit[1]["model"]
+        if isinstance(self.trained, OnnxModel):  # the graph as given: nothing to export
+            with timed(timings, "export"):
+                return self._given_graph()
         pruned, built = self.pruned(timings)
         with timed(timings, "export"):
             exported = export_onnx(
@@ -122,6 +127,16 @@ class CachedStages:
             self._put_onnx("export", self.export_key, exported.path,
                            {"max_abs_diff": exported.max_abs_diff, "model": built})  # fmt: skip
         return exported, built
+
+    def _given_graph(self) -> tuple[ExportResult, dict]:
+        """The ONNX model's graph, prepared (see :meth:`OnnxModel.prepare`), and its summary."""
+        assert isinstance(self.trained, OnnxModel)
+        if self.candidate.pruning_ratio > 0:
+            raise SpecError("an ONNX model cannot be pruned: it has no torch weights")
+        path = self.workdir / "model-fp32.onnx"
+        built = self.trained.prepare(path)
+        self._put_onnx("export", self.export_key, path, {"max_abs_diff": 0.0, "model": built})
+        return ExportResult(path, 0.0), built
 
     def pruned(self, timings: dict[str, float]) -> tuple[PruneResult, dict]:
         """The pruned, fine-tuned torch model and its summary, built once."""

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from automl.candidate import Candidate
     from automl.data import Dataset
+    from automl.onnx_model import OnnxModel
     from automl.search.spec import Constraint
     from automl.targets import Target
     from automl.trained_model import TrainedModel
@@ -61,7 +62,7 @@ def run_trial(
     threads: int = 1,
     cache: StageCache | None = None,
     constraints: Sequence[Constraint] = (),
-    trained: TrainedModel | None = None,
+    trained: TrainedModel | OnnxModel | None = None,
     baseline_batch: int = 1,
 ) -> TrialOutcome:
     """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.

@@ -138,3 +138,25 @@ def test_a_check_that_outlasts_the_request_fails_the_study_at_the_worker(serve, 
         assert optuna.load_study(study_name=name, storage=storage).trials[0].state.name == (
             "WAITING"  # the baseline never ran
         )
+
+
+def test_an_onnx_model_needs_no_factory(serve, unique_name, digits_cnn_weights):
+    from trained_factories import digits_cnn
+
+    model = digits_cnn()
+    model.load_state_dict(torch.load(digits_cnn_weights, weights_only=True))
+    with serve() as (client, storage, settings):
+        path = settings.data_root / "models" / "cnn.onnx"
+        torch.onnx.export(model.eval(), (torch.zeros(1, 1, 8, 8),), str(path), dynamo=False)
+        name = unique_name("onnx")
+        response = client.post(
+            "/v1/studies",
+            json={"name": name, "n_trials": 2, "model": {"weights": "models/cnn.onnx"}},
+        )
+        assert response.status_code == 201, response.text
+        spec = response.json()["spec"]
+        assert spec["search_space"] == "onnx-model" and spec["model"]["factory"] is None
+        assert spec["model"]["weights"] == "models/cnn.onnx"  # as the client gave it
+        assert optuna.load_study(study_name=name, storage=storage).trials[0].user_attrs == {
+            "baseline": True
+        }

@@ -1,0 +1,77 @@
+"""An ONNX model as given: one output, a dynamic batch axis, and its size counted."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+from automl.errors import SpecError
+from automl.onnx_model import count_macs, open_onnx
+
+
+class TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = torch.relu(self.conv(x)).flatten(1)
+        return hidden, self.fc(hidden)
+
+
+def _export(model: nn.Module, path, outputs=("logits",)) -> None:
+    torch.onnx.export(
+        model.eval(), (torch.zeros(1, 1, 8, 8),), str(path), dynamo=False,
+        input_names=["pixels"], output_names=list(outputs), opset_version=17,
+    )  # fmt: skip
+
+
+def test_a_graph_exported_at_batch_one_gets_a_dynamic_batch(tmp_path):
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Flatten(), nn.Linear(256, 10))
+    _export(model, tmp_path / "m.onnx")
+    summary = open_onnx(tmp_path / "m.onnx").prepare(tmp_path / "ready.onnx")
+    session = ort.InferenceSession(str(tmp_path / "ready.onnx"))
+    x = np.random.default_rng(0).random((5, 1, 8, 8), dtype=np.float32)
+    (out,) = session.run(None, {"pixels": x})
+    with torch.no_grad():
+        np.testing.assert_allclose(out, model(torch.from_numpy(x)).numpy(), rtol=1e-4, atol=1e-5)
+    # Conv: 4 x 8 x 8 outputs of 9 products; Linear: 10 outputs of 256.
+    assert summary["macs_after"] == 4 * 64 * 9 + 10 * 256
+    assert summary["params_after"] == 4 * 9 + 4 + 256 * 10 + 10
+
+
+def test_a_graph_with_several_outputs_keeps_the_one_named(tmp_path):
+    _export(TwoHeads(), tmp_path / "m.onnx", outputs=("hidden", "logits"))
+    with pytest.raises(SpecError, match=r"has outputs \['hidden', 'logits'\].*--model-output"):
+        open_onnx(tmp_path / "m.onnx").prepare(tmp_path / "ready.onnx")
+    with pytest.raises(SpecError, match=r"model.output 'scores' is not an output"):
+        open_onnx(tmp_path / "m.onnx", "scores").prepare(tmp_path / "ready.onnx")
+    for output in ("logits", 1):
+        open_onnx(tmp_path / "m.onnx", output).prepare(tmp_path / "ready.onnx")
+        kept = [o.name for o in onnx.load(str(tmp_path / "ready.onnx")).graph.output]
+        assert kept == ["logits"]
+
+
+def test_count_macs_reads_matmuls_of_any_rank():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 7, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 7, 3])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [16, 3], np.zeros(48, np.float32))],
+    )  # fmt: skip
+    assert count_macs(helper.make_model(graph)) == 7 * 3 * 16
+
+
+def test_a_missing_file_or_a_graph_that_is_not_one_is_refused(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        open_onnx(tmp_path / "none.onnx")
+    (tmp_path / "bad.onnx").write_bytes(b"not a graph")
+    with pytest.raises(SpecError, match="is not a valid ONNX graph"):
+        open_onnx(tmp_path / "bad.onnx").prepare(tmp_path / "ready.onnx")
