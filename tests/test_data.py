@@ -249,3 +249,41 @@ def test_the_vocabulary_is_part_of_the_fingerprint(tmp_path):
 def test_bad_token_data_names_the_problem(tmp_path, changes, message):
     with pytest.raises(DataError, match=message):
         load_dataset(_tokens(tmp_path, **changes))
+
+
+@pytest.mark.parametrize(
+    ("mode", "shape"),
+    [("auto", (3, 1, 1)), ("per_channel", (3, 1, 1)), ("per_feature", (3, 4, 4)),
+     ("scalar", ()), ("none", ())],
+)  # fmt: skip
+def test_images_are_standardised_per_channel_from_train_only(tmp_path, mode, shape):
+    rng = np.random.default_rng(0)
+    scales = np.array([1.0, 100.0, 10_000.0])[None, :, None, None]
+    arrays = {
+        "x_train": (rng.random((60, 3, 4, 4)) * scales).astype(np.float32),
+        "y_train": np.arange(60) % 2,
+        "x_test": (rng.random((20, 3, 4, 4)) * scales * 1000).astype(np.float32),  # unlike train
+        "y_test": np.arange(20) % 2,
+    }
+    np.savez(tmp_path / "images.npz", **arrays)
+    data = load_dataset(str(tmp_path / "images.npz"), standardize=mode)
+    standardize = data.preprocessing["standardize"]
+    assert standardize["mode"] == ("per_channel" if mode == "auto" else mode)
+    mean = np.float32(standardize["mean"])
+    assert mean.shape == shape
+    if mode in ("auto", "per_channel"):
+        train = np.concatenate([data.x_train, data.x_val])
+        np.testing.assert_allclose(train.mean(axis=(0, 2, 3)), 0, atol=0.2)  # each channel
+        assert np.all(np.abs(data.x_test).mean(axis=(0, 2, 3)) > 100)  # test's own scale kept
+    if mode == "none":
+        np.testing.assert_array_equal(data.x_test, arrays["x_test"])
+
+
+def test_a_constant_feature_keeps_a_std_of_one(tmp_path):
+    x = np.ones((40, 3), np.float32)
+    x[:, 0] = np.arange(40)
+    np.savez(tmp_path / "t.npz", x_train=x, y_train=np.arange(40) % 2, x_test=x[:6],
+             y_test=np.arange(6) % 2)  # fmt: skip
+    data = load_dataset(str(tmp_path / "t.npz"))
+    assert data.preprocessing["standardize"]["std"][1:] == [1.0, 1.0]
+    assert np.isfinite(data.x_train).all()
