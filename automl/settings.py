@@ -50,15 +50,28 @@ class Settings(BaseSettings):
     data_max_samples: int = Field(default=5_000_000, ge=1)
     data_max_features: int = Field(default=1_000_000, ge=1)
     data_max_classes: int = Field(default=100_000, ge=2)
-    # The range a search space may give each knob: a space beyond it is refused at load.
+    # The range a search space may give each numeric knob: a space beyond it is refused at load
+    # (a kernel of 10**12 would fail every trial instead).
     knob_bounds: dict[str, tuple[float, float]] = Field(
         default_factory=lambda: {
             "arch.width": (1, 4096),
             "arch.depth": (1, 64),
+            "arch.kernel_size": (1, 31),
+            "arch.dropout": (0, 0.95),
+            "arch.stages": (1, 8),
+            "arch.width_growth": (1, 4),
+            "arch.heads": (1, 64),
+            "arch.mlp_ratio": (0.25, 16),
+            "pruning_ratio": (0, 0.95),
             "batch_size": (1, 4096),
-            "train.batch_size": (1, 65536),
-            "train.epochs": (0, 1000),
             "finetune_epochs": (0, 1000),
+            "finetune_lr": (1e-7, 10),
+            "kd_alpha": (0, 1),
+            "kd_temperature": (0.1, 100),
+            "train.epochs": (0, 1000),
+            "train.lr": (1e-7, 10),
+            "train.weight_decay": (0, 1),
+            "train.batch_size": (1, 65536),
         }
     )
 

@@ -57,6 +57,7 @@ def _write(tmp_path, body: str):
         ("  arch.depth: {type: categorical, choices: [1, 100000000000]}\n", "arch.depth 1..1e"),
         ("  bits: {type: int, low: 1, high: 100000000000}\n", "bits must be among"),
         ("  batch_size: {type: int, low: 1, high: 100000000000}\n", "outside the allowed"),
+        ("  arch.kernel_size: {type: int, low: 3, high: 1000000000000}\n", "outside the allowed"),
     ],
 )
 def test_malformed_spaces_name_the_field(tmp_path, body, message):
@@ -144,3 +145,12 @@ def test_a_space_may_name_quantization_methods_directly(tmp_path):
         check_target(trt, load_target("cpu"))
     with pytest.raises(SpecError, match="no-such"):
         load_space(str(_write(tmp_path, "  method: {type: fixed, value: no-such}\n")))
+
+
+def test_every_numeric_knob_has_a_bound():
+    from automl.search.space import KEYS
+    from automl.settings import get_settings
+
+    words = ("arch.family", "bits", "int8_mode", "method", "graph_optimization")
+    unbounded = [k for k in KEYS if k not in words and k not in get_settings().knob_bounds]
+    assert not unbounded  # bits are checked against the methods' bit-widths
