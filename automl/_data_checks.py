@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zipfile
+
 import numpy as np
 
 from automl.errors import DataError
@@ -41,23 +43,52 @@ def validate(arrays: dict[str, np.ndarray], source: str) -> None:
         _check_label_values(y, f"y_{split}", source)
 
 
-def _check_inputs(x: np.ndarray, key: str, source: str) -> None:
-    """Numeric, finite inputs of a size within the settings."""
+def check_headers(archive: zipfile.ZipFile, source: str) -> None:
+    """Check the shapes an ``.npz`` declares against the size limits, reading only each
+    member's header: a small compressed file may hold arrays of gigabytes.
+
+    Raises:
+        DataError: An array is larger than the settings allow, or holds Python objects.
+    """
+    for info in archive.infolist():
+        key = info.filename.removesuffix(".npy")
+        with archive.open(info) as member:
+            try:
+                version = np.lib.format.read_magic(member)
+                read = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read(member)
+            except ValueError as e:
+                raise DataError(f"{key} of {source!r} is not a readable array: {e}") from None
+        if dtype.hasobject:
+            raise DataError(f"{key} of {source!r} holds Python objects; save numbers")
+        if key.startswith(("x_", "y_")) and shape:
+            _check_size(shape[0], int(np.prod(shape[1:])), key, source)
+
+
+def _check_size(samples: int, features: int, key: str, source: str) -> None:
     from automl.settings import get_settings
 
     settings = get_settings()
+    if samples > settings.data_max_samples or features > settings.data_max_features:
+        raise DataError(
+            f"{key} of {source!r} has {samples} samples of {features} features; at most "
+            f"{settings.data_max_samples} and {settings.data_max_features} are allowed "
+            "(AUTOML_DATA_MAX_SAMPLES, AUTOML_DATA_MAX_FEATURES)"
+        )
+
+
+def _check_inputs(x: np.ndarray, key: str, source: str) -> None:
+    """Numeric, finite inputs of a size within the settings."""
     numeric = np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)
     if x.dtype == np.bool_ or not numeric:
         raise DataError(
             f"{key} of {source!r} has dtype {x.dtype}; inputs must be integer or float numbers"
         )
-    features = int(np.prod(x.shape[1:]))
-    if len(x) > settings.data_max_samples or features > settings.data_max_features:
-        raise DataError(
-            f"{key} of {source!r} has {len(x)} samples of {features} features; at most "
-            f"{settings.data_max_samples} and {settings.data_max_features} are allowed "
-            "(AUTOML_DATA_MAX_SAMPLES, AUTOML_DATA_MAX_FEATURES)"
-        )
+    _check_size(len(x), int(np.prod(x.shape[1:])), key, source)
     if np.issubdtype(x.dtype, np.floating):
         bad = ~np.isfinite(x)
         if bad.any():

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-from automl._data_checks import REQUIRED_KEYS, VOCAB_KEY, check_classes, check_tokens, validate
+from automl._data_checks import (
+    REQUIRED_KEYS,
+    VOCAB_KEY,
+    check_classes,
+    check_headers,
+    check_tokens,
+    validate,
+)
 from automl._data_checks import vocab_size as read_vocab_size
 from automl.errors import DataError
 
@@ -173,8 +180,12 @@ def _npz(path: Path, name: str) -> dict[str, np.ndarray]:
     if not resolved.is_file():
         raise DataError(f"dataset file {name!r} does not exist")
     try:
+        with zipfile.ZipFile(resolved) as archive:
+            check_headers(archive, name)  # before any array is decompressed
         with np.load(resolved, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
+    except DataError:
+        raise
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"dataset file {name!r} is not a readable .npz: {e}") from e
 
