@@ -323,7 +323,8 @@ def export(
         raise fail(AutomlError("give exactly one of --trial N or --best METRIC"))
     pick = None
     try:
-        store, artifacts = open_cli_storage(storage), open_artifact_store(get_settings())
+        store = open_cli_storage(storage, create=False)
+        artifacts = open_artifact_store(get_settings(), create=False)
         if best is not None:
             pick = pick_trial(
                 name, store, best, budget, artifact_store=artifacts, max_seconds=measure_seconds
@@ -369,7 +370,7 @@ def report(
     from automl.storage.factory import open_artifact_store
 
     try:
-        store = open_artifact_store(get_settings()) if models else None
+        store = open_artifact_store(get_settings(), create=False) if models else None
         path = write_report(name, open_cli_storage(storage, create=False), out, store)
     except AutomlError as e:
         raise fail(e) from None

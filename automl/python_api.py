@@ -183,7 +183,7 @@ def load(
     settings = _settings(artifacts_dir)
     store = open_storage(storage or settings.storage, settings, create=False)
     study, spec = load_study(name, store)
-    return StudyResult(study, spec, store, open_artifact_store(settings))
+    return StudyResult(study, spec, store, open_artifact_store(settings, create=False))
 
 
 def _settings(

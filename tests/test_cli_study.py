@@ -72,6 +72,24 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
     )
     assert again.returncode != 0 and "different spec" in again.stderr
 
+    cli.env["AUTOML_ARTIFACTS_DIR"] = str(tmp_path / "elsewhere")  # not where the study ran
+    out = cli("study", "export", "e2e", "--trial", str(best["number"]), "-o", "x.onnx", check=False)
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"the model of trial {best['number']} of study 'e2e' (artifact " in said
+    assert f"is not in '{tmp_path / 'elsewhere'}'" in said and "AUTOML_ARTIFACTS_DIR" in said
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_reads_in_an_empty_folder_create_nothing(cli):
+    for command in (
+        ["export", "foo", "--trial", "0", "-o", "m.onnx"],
+        ["report", "foo", "-o", "r.html"],
+    ):
+        out = cli("study", *command, check=False)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert not (cli.root / "studies").exists() and not (cli.root / "artifacts").exists()
+
 
 def test_absent_target_is_refused_before_training(cli, tmp_path):
     started = time.monotonic()

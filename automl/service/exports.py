@@ -11,6 +11,7 @@ from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.records import ARTIFACT_ID
 from automl.search.spec import RECORDED_METRICS
 from automl.service.read import model_trial
+from automl.service.studies import TrialNotFound
 
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto
@@ -34,6 +35,10 @@ METADATA_FIELDS = (
     "measured_with",
 )
 METADATA_PREFIX = "automl."
+
+
+class ModelMissing(TrialNotFound):
+    """A trial's model file is not in the artifact store (another folder, or removed)."""
 
 
 def export_model(
@@ -67,19 +72,30 @@ def export_model(
 
     Raises:
         TrialNotFound: No such trial, or it has no model (it did not complete).
+        ModelMissing: The trial's model file is not in the artifact store.
         DataError: The trial predates recorded data descriptions, and its dataset can no
             longer be loaded to describe it.
     """
     import onnx
     from optuna.artifacts import download_artifact
+    from optuna.artifacts.exceptions import ArtifactNotFound
 
     trial, spec = model_trial(name, storage, number)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    download_artifact(
-        artifact_store=artifact_store, file_path=str(out), artifact_id=trial.user_attrs[ARTIFACT_ID]
-    )
+    artifact_id = trial.user_attrs[ARTIFACT_ID]
+    try:
+        download_artifact(
+            artifact_store=artifact_store, file_path=str(out), artifact_id=artifact_id
+        )
+    except ArtifactNotFound:
+        folder = getattr(artifact_store, "_base_path", "the artifact store")
+        raise ModelMissing(
+            f"the model of trial {number} of study {name!r} (artifact {artifact_id}) is not in "
+            f"{str(folder)!r}: the study wrote it to another folder, or it was removed. Set "
+            "AUTOML_ARTIFACTS_DIR to the folder the study ran with"
+        ) from None
     model = onnx.load(str(out))
     sidecar = {
         "study": name,

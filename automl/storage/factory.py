@@ -228,9 +228,11 @@ def _use_wal(engine: Engine) -> None:
     engine.dispose()  # connections opened before the listener reconnect with it
 
 
-def open_artifact_store(settings: Settings) -> FileSystemArtifactStore:
-    """The filesystem artifact store under ``settings.artifacts_dir``, created if missing."""
+def open_artifact_store(settings: Settings, *, create: bool = True) -> FileSystemArtifactStore:
+    """The filesystem artifact store under ``settings.artifacts_dir``, created if missing
+    unless ``create`` is off (a reader creates nothing: a missing model is then named)."""
     from optuna.artifacts import FileSystemArtifactStore
 
-    settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
+    if create:
+        settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
     return FileSystemArtifactStore(str(settings.artifacts_dir))
