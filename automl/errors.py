@@ -15,9 +15,10 @@ class DataError(SpecError):
     """A dataset is missing, malformed or inconsistent."""
 
 
-class ModelRefused(SpecError):
-    """A trained model loads here but is wrong wherever it runs: its weights do not fit, it
-    does not run on the data or export, or it scores at chance. Its study cannot go on."""
+class InputRefused(SpecError):
+    """A study's input is wrong wherever it runs: a trained model whose weights do not fit,
+    that does not run on the data or export, or scores at chance; or a file that a REST
+    submission named and that now lies outside the data root. Its study cannot go on."""
 
 
 class StorageUnavailable(AutomlError):

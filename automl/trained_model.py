@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -41,10 +42,11 @@ class TrainedModel:
         :class:`~automl.models.LogitsOf` when ``output`` picks its logits.
 
         Raises:
-            SpecError: The factory fails, or the weights do not fit its model.
+            SpecError: The factory fails, the weights file changed since it was opened, or
+                the weights do not fit its model.
         """
         model = _call_factory(self.factory)
-        state = _read_state_dict(self.weights)
+        state = _read_state_dict(self.weights, self.digest)
         try:
             model.load_state_dict(state, strict=True)
         except RuntimeError as e:
@@ -126,9 +128,19 @@ def _call_factory(factory: str) -> nn.Module:
     return model
 
 
-def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+def _read_state_dict(path: Path, digest: str) -> dict[str, torch.Tensor]:
+    """The state dict in ``path``, whose content must still have ``digest``."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        content = path.read_bytes()
+    except OSError as e:
+        raise SpecError(f"weights file {str(path)!r} cannot be read: {e}") from None
+    if hashlib.sha256(content).hexdigest()[:16] != digest:
+        raise SpecError(
+            f"weights file {str(path)!r} has changed since it was checked (sha256 {digest}...): "
+            "a trial never mixes two models; restore it, or start a new study"
+        )
+    try:
+        state = torch.load(io.BytesIO(content), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds for a file that is not its format
         raise SpecError(
             f"weights file {str(path)!r} is not a state dict saved with torch.save "

@@ -92,3 +92,10 @@ def test_an_in_memory_model_whose_class_needs_arguments_is_refused(tmp_path):
         save_module(Local(3), tmp_path)
     with pytest.raises(SpecError, match="needs constructor arguments"):
         save_module(torch.nn.Linear(3, 2), tmp_path)
+
+
+def test_weights_changed_after_they_were_opened_are_refused(weights):
+    trained = open_trained("trained_factories:digits_cnn", weights)
+    torch.save({k: v + 1 for k, v in torch.load(weights, weights_only=True).items()}, weights)
+    with pytest.raises(SpecError, match="has changed since it was checked"):
+        trained.build()

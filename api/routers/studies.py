@@ -57,7 +57,7 @@ def submit(
     name, created = submit_study(
         check_spec(spec, settings), storage,
         name_given="name" in spec.model_fields_set, idempotency_key=idempotency_key,
-        key_ttl_s=settings.idempotency_key_ttl_s,
+        key_ttl_s=settings.idempotency_key_ttl_s, data_root=settings.data_root,
     )  # fmt: skip
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/studies/{name}"

@@ -18,13 +18,14 @@ import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from automl.data import cached_dataset
-from automl.errors import Aborted, ModelRefused
+from automl.errors import Aborted, InputRefused
 from automl.fleet.tracking import tracker
 from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
 from automl.search.spec import MAX_SEED
 from automl.search.variants import VariantSampler
 from automl.service.studies import (
+    DATA_ROOT_ATTR,
     STOP_ATTR,
     check_fingerprint,
     fail_cap,
@@ -203,12 +204,15 @@ def run_study_loop(
         )
     sampler = ScaledValuesSampler(sampler, spec.objectives)
     study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
-    objective = StudyObjective(spec, artifact_store, threads, cache=stage_cache(settings))
+    objective = StudyObjective(
+        spec, artifact_store, threads, cache=stage_cache(settings),
+        data_root=existing.user_attrs.get(DATA_ROOT_ATTR),
+    )  # fmt: skip
     if stop is not None:
         objective.aborted = lambda: stop.aborted
     try:
         objective.check_inputs()
-    except ModelRefused as e:  # wrong on every worker: the study fails, and says why
+    except InputRefused as e:  # wrong on every worker: the study fails, and says why
         refuse_study(existing, str(e))
         raise
     check_fingerprint(

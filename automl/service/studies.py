@@ -32,6 +32,8 @@ FORGIVEN_ATTR = "failures_forgiven"
 # Why no worker can run the study (e.g. its trained model is refused), set by the worker that
 # found it; the study is then failed.
 REFUSED_ATTR = "refused"
+# The data root that a REST submission's files must lie under, when its worker reads them too.
+DATA_ROOT_ATTR = "data_root"
 STOP_ATTR = "stop_requested"
 LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
 

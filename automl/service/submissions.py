@@ -18,10 +18,12 @@ import optuna
 
 from automl.errors import AutomlError
 from automl.search.spec import parse_spec
-from automl.service.studies import SPEC_ATTR, create_study
+from automl.service.studies import DATA_ROOT_ATTR, SPEC_ATTR, create_study
 from automl.storage.idempotency import claim_key, release_key
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from optuna.storages import BaseStorage
 
     from automl.search.spec import StudySpec
@@ -45,6 +47,7 @@ def submit_study(
     name_given: bool,
     idempotency_key: str | None,
     key_ttl_s: float = 24 * 3600,
+    data_root: Path | None = None,
 ) -> tuple[str, bool]:
     """Create a study for a remote submission, or find the one this submission made before.
 
@@ -59,6 +62,8 @@ def submit_study(
             random without one), so that retries with the key map onto the same study.
         idempotency_key: The client's ``Idempotency-Key``, if any.
         key_ttl_s: How long a key is remembered.
+        data_root: The folder the spec's files must lie under, when the workers read them
+            too (a link swapped after the submission is refused there).
 
     Returns:
         The study's name, and whether this call created it.
@@ -73,7 +78,7 @@ def submit_study(
         suffix = key_hash[:12] if key_hash else uuid.uuid4().hex[:12]
         spec = parse_spec({**spec.model_dump(mode="json"), "name": _auto_name(spec, suffix)})
     if key_hash is None:
-        return _create(spec, storage, None), True
+        return _create(spec, storage, None, data_root), True
     request_hash = _sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True))
     claim = claim_key(storage, key_hash, request_hash, str(spec.name), key_ttl_s)
     if not claim.new:
@@ -84,14 +89,16 @@ def submit_study(
             )
         return _wait_for(storage, claim.study_name, key_hash), False
     try:
-        return _create(spec, storage, key_hash), True
+        return _create(spec, storage, key_hash, data_root), True
     except BaseException:
         release_key(storage, key_hash)
         raise
 
 
-def _create(spec: StudySpec, storage: BaseStorage, key_hash: str | None) -> str:
-    """Create the study and record its key; a taken name is a conflict."""
+def _create(
+    spec: StudySpec, storage: BaseStorage, key_hash: str | None, data_root: Path | None
+) -> str:
+    """Create the study and record its key and data root; a taken name is a conflict."""
     name = str(spec.name)
     try:
         study = create_study(spec, storage, resume=False)
@@ -106,6 +113,8 @@ def _create(spec: StudySpec, storage: BaseStorage, key_hash: str | None) -> str:
         )
     if key_hash:
         study.set_user_attr(IDEMPOTENCY_ATTR, key_hash)
+    if data_root is not None:
+        study.set_user_attr(DATA_ROOT_ATTR, str(data_root.resolve()))
     return name
 
 

@@ -17,7 +17,7 @@ import torch
 from scipy import stats
 
 from automl.data import cached_dataset
-from automl.errors import ModelRefused, SpecError
+from automl.errors import InputRefused, SpecError
 from automl.models import find_output_layer
 from automl.onnx_model import OnnxModel, open_onnx
 from automl.pipeline._ort import feed, input_dtype, input_name, make_session
@@ -53,7 +53,7 @@ def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel | OnnxMo
 
     Raises:
         SpecError: The weights file is missing or unreadable here (other hosts may have it).
-        ModelRefused: The weights are no state dict or do not fit the factory's model, the model
+        InputRefused: The weights are no state dict or do not fit the factory's model, the model
             does not take the data or give one logit per class, it cannot be exported to
             ONNX, or its validation accuracy is not clearly above chance.
     """
@@ -66,10 +66,10 @@ def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel | OnnxMo
         model, check = opened, _checked
     try:
         return check(model, spec, data)
-    except ModelRefused:
+    except InputRefused:
         raise
     except SpecError as e:
-        raise ModelRefused(str(e)) from None
+        raise InputRefused(str(e)) from None
 
 
 def _checked(trained: TrainedModel, spec: StudySpec, data: Dataset) -> TrainedModel:
@@ -96,7 +96,7 @@ def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> OnnxModel
     """The ONNX model, once its prepared graph runs on the data at any batch and beats chance.
 
     Raises:
-        ModelRefused: It does not, naming why.
+        InputRefused: It does not, naming why.
     """
     name = spec.model.label if spec.model else model.path.name
     with tempfile.TemporaryDirectory(prefix="automl-check-") as tmp:
@@ -109,18 +109,18 @@ def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> OnnxModel
             alone = np.concatenate([session.run(None, {input_name(session): x[i : i + 1]})[0]
                                     for i in range(len(x))])  # fmt: skip
         except Exception as e:  # ONNX Runtime's errors: a graph it cannot open or run
-            raise ModelRefused(
+            raise InputRefused(
                 f"ONNX model {name!r} does not run on the data (samples of shape "
                 f"{data.input_shape}) at batches 1 and {len(x)}: {type(e).__name__}: {e}"
             ) from None
         if together.shape != (len(x), data.num_classes):
-            raise ModelRefused(
+            raise InputRefused(
                 f"ONNX model {name!r} gives outputs of shape {together.shape[1:]} per sample; "
                 f"the data has {data.num_classes} classes, so it must give "
                 f"({data.num_classes},) logits"
             )
         if not compare_logits(together, alone).holds:
-            raise ModelRefused(
+            raise InputRefused(
                 f"ONNX model {name!r} gives other logits for a sample in a batch than alone: "
                 "its batch axis is not dynamic (e.g. a Reshape to batch 1); export it with a "
                 "dynamic batch axis (torch.onnx.export's dynamic_axes)"

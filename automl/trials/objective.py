@@ -8,12 +8,13 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import optuna
 
 from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
-from automl.errors import Aborted, DataError
+from automl.errors import Aborted, DataError, InputRefused
 from automl.records import ARTIFACT_ID, FAIL_REASON, OVER_BUDGET, WORKER, constraint_attrs
 from automl.search.baseline import baseline_batch
 from automl.search.compat import check_compatible, space_methods
@@ -47,6 +48,7 @@ class StudyObjective:
     cache: StageCache | None = None
     trial_id: int | None = None  # the trial this objective last started
     aborted: Callable[[], bool] = lambda: False  # whether a second Ctrl-C has come
+    data_root: str | None = None  # a REST submission's: its files must still lie under it
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.trial_id = trial._trial_id
@@ -81,6 +83,7 @@ class StudyObjective:
                 target (e.g. int8-trt without TensorRT): the message names the install.
         """
         space, target = self._space_and_target
+        self._check_confined()
         try:
             data = cached_dataset(**self.spec.data_args)
         except DataError:
@@ -90,6 +93,23 @@ class StudyObjective:
         check_compatible(space, data, target)  # family vs data, methods vs target
         require_present(target, sorted(space_methods(space)))  # and their runtimes here
         _ = self._trained
+
+    def _check_confined(self) -> None:
+        """Refuse a file of a REST submission that now resolves outside its data root (a link
+        swapped after the submission was checked)."""
+        if self.data_root is None:
+            return
+        root = Path(self.data_root)
+        files = [("dataset", self.spec.dataset)] if self.spec.dataset.endswith(".npz") else []
+        if self.spec.model is not None:
+            files.append(("model.weights", self.spec.model.weights))
+        for field, path in files:
+            if not Path(path).resolve().is_relative_to(root):
+                raise InputRefused(
+                    f"{field} of study {self.spec.name!r} now resolves outside the data root "
+                    f"{str(root)!r} it was checked under; a link was changed after the "
+                    "submission. Submit the study again."
+                )
 
     @cached_property
     def _trained(self) -> TrainedModel | OnnxModel | None:

@@ -160,3 +160,33 @@ def test_an_onnx_model_needs_no_factory(serve, unique_name, digits_cnn_weights):
         assert optuna.load_study(study_name=name, storage=storage).trials[0].user_attrs == {
             "baseline": True
         }
+
+
+def test_a_link_swapped_after_the_201_is_not_followed_by_the_worker(serve, unique_name, tmp_path):
+    from automl.fleet.scheduler import work
+    from automl.fleet.study_loop import GracefulStop
+    from automl.storage.factory import open_artifact_store
+
+    with serve() as (client, storage, settings):
+        link = settings.data_root / "models" / "link.pt"
+        link.symlink_to(settings.data_root / "models" / "cnn.pt")
+        name = unique_name("trained")
+        response = _post(client, name, factory=FACTORY, weights="models/link.pt")
+        assert response.status_code == 201, response.text
+        outside = tmp_path / "outside.pt"  # e.g. a file the server must never read for them
+        outside.write_bytes((settings.data_root / "models" / "cnn.pt").read_bytes())
+        link.unlink()
+        link.symlink_to(outside)
+        worker = threading.Thread(
+            target=work, args=(storage,), kwargs={
+                "artifact_store": open_artifact_store(settings), "settings": settings,
+                "stop": GracefulStop(), "exit_when_idle": True, "poll_s": 0.1,
+            },
+        )  # fmt: skip
+        worker.start()
+        worker.join(120)
+        study = client.get(f"/v1/studies/{name}").json()
+        assert study["state"] == "failed"
+        assert (
+            "model.weights of study" in study["error"] and "outside the data root" in study["error"]
+        )
