@@ -106,14 +106,14 @@ def start(
         if not detach and not runnable:
             require_present(load_target(specs[0].target), study_methods(specs[0]))
         store = store or open_cli_storage(storage)
+        if not detach:  # a dead tracking server is refused before any study is created
+            _open_tracking(mlflow_uri, runnable)
         for spec in specs:
             if not detach:  # a detached study's data and weights may be on its workers only
                 check_study_model(spec)
             create_study(spec, store, check_data=not detach)
             if retry_failed:
                 forgive_failures(spec.name, store)
-        if not detach:
-            _open_tracking(mlflow_uri, runnable)
     except AutomlError as e:
         raise fail(e) from None
     except KeyboardInterrupt:

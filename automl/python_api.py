@@ -122,6 +122,7 @@ def optimize(
         TargetUnavailable: The target is not on this machine.
         StorageUnavailable: The storage cannot be reached.
     """
+    from automl.fleet.tracking import check_reachable
     from automl.progress import choose_bar
     from automl.search.compat import study_methods
     from automl.service import studies
@@ -143,6 +144,8 @@ def optimize(
     study_spec = _study_spec(spec, _given(overrides), store)
     require_present(load_target(study_spec.target), study_methods(study_spec))
     check_study_model(study_spec)
+    if settings.mlflow_uri:  # before the study exists: a dead server would leave it queued
+        check_reachable(settings.mlflow_uri)
     bar = choose_bar(progress)
     with _optuna_logs_quiet(bar != "none"):  # the bar tells the story
         studies.create_study(study_spec, store)

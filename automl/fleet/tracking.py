@@ -12,6 +12,8 @@ neither the process-wide tracking URI nor the active run of a notebook that uses
 from __future__ import annotations
 
 import logging
+import urllib.error
+import urllib.request
 from typing import TYPE_CHECKING
 
 from automl.errors import SpecError
@@ -28,6 +30,26 @@ logger = logging.getLogger("automl.fleet.tracking")
 _INSTALL = "install it with `pip install -c constraints.txt '.[mlflow]'`"
 _RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 _TAGGED_ATTRS = ("fail_reason", "feasible", "variant_of", "worker")
+
+
+def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
+    """Refuse an HTTP tracking URI where no server answers within ``timeout_s``: MLflow's
+    client would retry for minutes before it failed.
+
+    Raises:
+        SpecError: Nothing answers there (any HTTP answer counts as a server).
+    """
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return  # a server answered
+    except (OSError, ValueError) as e:  # refused, unreachable, timed out, a malformed URL
+        raise SpecError(
+            f"no MLflow tracking server answers at {tracking_uri!r} within {timeout_s:g} s "
+            f"({getattr(e, 'reason', e)}); start it, or fix --mlflow-uri / AUTOML_MLFLOW_URI"
+        ) from None
 
 
 class MlflowTracker:
@@ -58,6 +80,7 @@ class MlflowTracker:
             ) from None
         self._errors = (MlflowException, OSError)
         self._spec = spec
+        check_reachable(tracking_uri)
         try:
             self._client = MlflowClient(tracking_uri)
             self.experiment_id = self._experiment(spec.name)

@@ -72,8 +72,25 @@ def test_cli_refuses_a_tracking_store_it_cannot_open_before_any_trial(cli) -> No
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "error: cannot log to MLflow at 'nosuchscheme://x'" in done.stderr
-    study = optuna.load_study(study_name="digits-mlp-cpu", storage=cli.storage)
-    assert study.trials == []
+    assert optuna.get_all_study_names(cli.storage) == []  # refused before the study existed
+
+
+def test_a_tracking_server_that_does_not_answer_is_refused_at_once(cli) -> None:
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a loopback port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    done = cli(
+        "study", "start", "--space", "digits-mlp", "--n-trials", "1", "--mlflow-uri",
+        f"http://127.0.0.1:{port}", check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"no MLflow tracking server answers at 'http://127.0.0.1:{port}'" in done.stderr
+    assert time.monotonic() - start < 60  # MLflow's own retries took 252 s
+    assert optuna.get_all_study_names(cli.storage) == []
 
 
 def test_a_failed_trial_is_a_failed_run_with_its_reason(store_uri: str) -> None:
