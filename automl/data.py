@@ -244,9 +244,9 @@ def _statistics(x: np.ndarray, mode: str) -> tuple[str, np.ndarray, np.ndarray]:
         "per_feature": 0,
         "per_channel": (0, *range(2, x.ndim)),
     }[mode]
-    wide = x.astype(np.float64)
-    mean = wide.mean(axis=axes, keepdims=axes is not None)
-    std = wide.std(axis=axes, keepdims=axes is not None)
+    keep = axes is not None
+    mean = x.mean(axis=axes, dtype=np.float64, keepdims=keep)  # accumulated without a copy
+    std = x.std(axis=axes, dtype=np.float64, keepdims=keep)
     if axes is not None:
         mean, std = mean[0], std[0]  # one sample's shape: (F,), or (C, 1, ...)
     std = np.where(std > 0, std, 1.0)

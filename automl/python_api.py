@@ -252,7 +252,12 @@ def _objectives(values: Sequence | str | None) -> list | None:
 def _model(
     model: nn.Module | Mapping[str, Any] | str | os.PathLike[str] | None, settings: Settings
 ) -> dict | None:
-    if isinstance(model, str | os.PathLike):  # an ONNX graph
+    if isinstance(model, str | os.PathLike):
+        if not os.fspath(model).lower().endswith(".onnx"):
+            raise SpecError(
+                f"model {os.fspath(model)!r} is no .onnx file: pass an nn.Module, a path to an "
+                ".onnx graph, or {'factory': 'package.module:function', 'weights': path}"
+            )
         return {"weights": os.fspath(model)}
     if model is None or isinstance(model, Mapping):
         paths = {k: os.fspath(v) for k, v in (model or {}).items() if isinstance(v, os.PathLike)}

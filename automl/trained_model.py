@@ -21,6 +21,10 @@ from automl.models import WRAPPED, LogitsOf
 _SHOWN = 3
 
 
+class FactoryUnavailable(SpecError):
+    """The factory, or a module it needs, cannot be imported here: other hosts may have it."""
+
+
 @dataclass(frozen=True)
 class TrainedModel:
     """The factory ``package.module:function`` and the weights file, with its digest.
@@ -116,9 +120,11 @@ def _call_factory(factory: str) -> nn.Module:
     try:
         function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as e:
-        raise SpecError(f"model factory {factory!r} cannot be imported: {e}") from None
+        raise FactoryUnavailable(f"model factory {factory!r} cannot be imported: {e}") from None
     try:
         model = function()
+    except ImportError as e:  # a package the factory needs, missing on this host
+        raise FactoryUnavailable(f"model factory {factory!r} failed: {e}") from None
     except Exception as e:  # the user's code: reported as the factory's failure
         raise SpecError(f"model factory {factory!r} failed: {type(e).__name__}: {e}") from None
     if not isinstance(model, nn.Module):

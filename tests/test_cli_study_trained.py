@@ -126,7 +126,7 @@ def test_a_baseline_at_chance_exits_non_zero_with_the_preprocessing_hint(trained
     )  # fmt: skip
     said = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 2, said
-    assert "not clearly above chance for 10 classes" in said
+    assert "not clearly above chance for 10 classes" in said, said
     assert (
         "automl feeds a trained model its inputs as given: here uint8 values from 0 to 255" in said
     )
@@ -181,8 +181,8 @@ def test_an_onnx_model_is_searched_over_method_batch_and_graph_optimization(onnx
         (["--model", "model.onnx", "--space", "trained-model"],
          "an ONNX model has no torch weights, so it is neither pruned nor fine-tuned"),
         (["--model", "model.onnx", "--weights", "w.pt"], "it comes without --weights"),
-        (["--model", "fixed.onnx"], "does not run on the data (samples of shape (1, 8, 8)) at "
-                                    "batches 1 and 4"),
+        (["--model", "fixed.onnx"], "does not open or run in ONNX Runtime on the data (samples "
+                                    "of shape (1, 8, 8)) at batches 1 and 4"),
     ],
 )  # fmt: skip
 def test_an_onnx_model_that_cannot_be_searched_is_refused(onnx_cli, args, message):

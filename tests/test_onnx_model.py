@@ -75,3 +75,23 @@ def test_a_missing_file_or_a_graph_that_is_not_one_is_refused(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"not a graph")
     with pytest.raises(SpecError, match="is not a valid ONNX graph"):
         open_onnx(tmp_path / "bad.onnx").prepare(tmp_path / "ready.onnx")
+
+
+def test_a_graph_onnx_runtime_cannot_open_is_refused_naming_it(tmp_path, digits):
+    from onnx import TensorProto, helper
+
+    from automl.errors import InputRefused
+    from automl.search.spec import parse_spec
+    from automl.trials.model_check import check_trained_model
+
+    node = helper.make_node("Unknown", ["x"], ["y"], domain="my.ops")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("my.ops", 1)])  # fmt: skip
+    onnx.save(model, str(tmp_path / "custom.onnx"))
+    spec = parse_spec({"model": {"weights": str(tmp_path / "custom.onnx")}})
+    with pytest.raises(InputRefused, match=r"does not open or run in ONNX Runtime .*Unknown"):
+        check_trained_model(spec, digits)

@@ -212,12 +212,13 @@ def run_study_loop(
         objective.aborted = lambda: stop.aborted
     try:
         objective.check_inputs()
+        check_fingerprint(
+            existing, spec, cached_dataset(**spec.data_args).fingerprint,
+            objective.model_fingerprint,
+        )  # fmt: skip
     except InputRefused as e:  # wrong on every worker: the study fails, and says why
         refuse_study(existing, str(e))
         raise
-    check_fingerprint(
-        existing, spec, cached_dataset(**spec.data_args).fingerprint, objective.model_fingerprint
-    )
     callbacks = tracker(settings.mlflow_uri, spec)
     ran, outage_s, waiting = 0, 0.0, False
     while True:

@@ -72,9 +72,10 @@ def _describe(output: Any) -> str:
 def find_output_layer(model: nn.Module, example: torch.Tensor) -> str:
     """The name of the layer that produces ``model``'s output, which pruning keeps whole.
 
-    The layer is the outermost submodule whose output is the very tensor the model returns;
-    where that submodule has no weights (a final activation), the last layer with weights that
-    gives as many values per sample as the model does. Runs the model once on ``example``.
+    The layer is the innermost submodule with weights of its own whose output is the very
+    tensor the model returns (never a container, whose whole body pruning would then skip);
+    where none has weights (a final activation), the last layer with weights that gives as
+    many values per sample as the model does. Runs the model once on ``example``.
 
     Raises:
         SpecError: No layer, or more than one unrelated layer, may be the output layer.
@@ -93,14 +94,13 @@ def find_output_layer(model: nn.Module, example: torch.Tensor) -> str:
     finally:
         for hook in hooks:
             hook.remove()
-    producers = [(name, m) for name, m, out in seen if out is output]
-    weighted = [(name, m) for name, m in producers if _has_weights(m)]
-    if weighted:
-        return min(weighted, key=lambda item: item[0].count("."))[0]
+    producers = [name for name, m, out in seen if out is output and _has_weights(m)]
+    if producers:
+        return max(producers, key=lambda name: name.count("."))
     width = output.shape[-1] if isinstance(output, torch.Tensor) else None
     same_width = {
         name: m for name, m, out in seen
-        if _has_weights(m, own=True) and isinstance(out, torch.Tensor) and out.shape[-1] == width
+        if _has_weights(m) and isinstance(out, torch.Tensor) and out.shape[-1] == width
     }  # fmt: skip
     return _the_one(same_width, model)
 
@@ -121,5 +121,6 @@ def _the_one(candidates: Mapping[str, nn.Module], model: nn.Module) -> str:
     )
 
 
-def _has_weights(module: nn.Module, own: bool = False) -> bool:
-    return any(True for _ in module.parameters(recurse=not own))
+def _has_weights(module: nn.Module) -> bool:
+    """Whether the module has parameters of its own, not only through its children."""
+    return any(True for _ in module.parameters(recurse=False))

@@ -162,10 +162,7 @@ class SearchSpace(BaseModel):
     def check_model(self, trained: bool, onnx: bool = False) -> None:
         """Raise ``SpecError`` unless the space fits a study of a trained model (``trained``),
         of an ONNX model (``onnx``: nothing pruned or fine-tuned) or one that trains its own."""
-        tuned = [
-            k for k in self.candidate_keys()
-            if k in _TORCH_ONLY and (k != "pruning_ratio" or any(self.values_of(k)))
-        ]  # fmt: skip
+        tuned = [k for k in self.candidate_keys() if k in _TORCH_ONLY and any(self.values_of(k))]
         if onnx and tuned:
             raise SpecError(
                 f"search space {self.name!r} sets {tuned}: an ONNX model has no torch weights, "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from automl.data import BUILTIN_DATASETS, check_source_form, load_dataset
-from automl.errors import AutomlError, DataError, SpecError
+from automl.errors import AutomlError, DataError, InputRefused, SpecError
 from automl.records import BASELINE, FAIL_REASON, SPEC_ATTR, TRIAL_STATES
 from automl.search.baseline import baseline_params
 from automl.search.compat import check_compatible, check_target
@@ -187,12 +187,12 @@ def check_fingerprint(
 
     Raises:
         DataError: The study began on other data; its trials would mix two datasets.
-        SpecError: The study began with other weights or another factory source.
+        InputRefused: The study began with other weights or another factory source.
     """
     checks = [(DATA_ATTR, fingerprint, f"dataset {spec.dataset_shown!r}", DataError)]
     if model is not None and spec.model is not None:
         what = f"model {spec.model.label!r} with weights {spec.model.weights!r}"
-        checks.append((MODEL_ATTR, model, what, SpecError))
+        checks.append((MODEL_ATTR, model, what, InputRefused))
     for attr, now, what, error in checks:
         stored = study.user_attrs.get(attr)
         if stored is None:

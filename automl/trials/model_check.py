@@ -23,7 +23,7 @@ from automl.onnx_model import OnnxModel, open_onnx
 from automl.pipeline._ort import feed, input_dtype, input_name, make_session
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import compare_logits, export_onnx
-from automl.trained_model import TrainedModel, open_trained
+from automl.trained_model import FactoryUnavailable, TrainedModel, open_trained
 
 if TYPE_CHECKING:
     from torch import nn
@@ -52,7 +52,8 @@ def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel | OnnxMo
         ONNX model.
 
     Raises:
-        SpecError: The weights file is missing or unreadable here (other hosts may have it).
+        SpecError: The weights file is missing or unreadable here, or the factory cannot be
+            imported here (other hosts may have them).
         InputRefused: The weights are no state dict or do not fit the factory's model, the model
             does not take the data or give one logit per class, it cannot be exported to
             ONNX, or its validation accuracy is not clearly above chance.
@@ -66,7 +67,7 @@ def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel | OnnxMo
         model, check = opened, _checked
     try:
         return check(model, spec, data)
-    except InputRefused:
+    except (InputRefused, FactoryUnavailable):  # refused already, or this host's to fix
         raise
     except SpecError as e:
         raise InputRefused(str(e)) from None
@@ -102,18 +103,19 @@ def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> OnnxModel
     with tempfile.TemporaryDirectory(prefix="automl-check-") as tmp:
         path = Path(tmp) / "model.onnx"
         model.prepare(path)
+        rows = min(4, len(data.x_val))
         try:
             session = make_session(path, ["CPUExecutionProvider"], 1)
-            x = feed(data.x_val[:4], input_dtype(session))
+            x = feed(data.x_val[:rows], input_dtype(session))
             together = session.run(None, {input_name(session): x})[0]
             alone = np.concatenate([session.run(None, {input_name(session): x[i : i + 1]})[0]
-                                    for i in range(len(x))])  # fmt: skip
+                                    for i in range(rows)])  # fmt: skip
         except Exception as e:  # ONNX Runtime's errors: a graph it cannot open or run
             raise InputRefused(
-                f"ONNX model {name!r} does not run on the data (samples of shape "
-                f"{data.input_shape}) at batches 1 and {len(x)}: {type(e).__name__}: {e}"
+                f"ONNX model {name!r} does not open or run in ONNX Runtime on the data (samples "
+                f"of shape {data.input_shape}) at batches 1 and {rows}: {type(e).__name__}: {e}"
             ) from None
-        if together.shape != (len(x), data.num_classes):
+        if together.shape != (rows, data.num_classes):
             raise InputRefused(
                 f"ONNX model {name!r} gives outputs of shape {together.shape[1:]} per sample; "
                 f"the data has {data.num_classes} classes, so it must give "
@@ -186,10 +188,16 @@ def _exported_accuracy(model: nn.Module, data: Dataset, name: str) -> float:
         return evaluate(session, data.x_val, data.y_val, num_classes=data.num_classes).accuracy
 
 
-def chance_threshold(num_classes: int, n: int, p_value: float = CHANCE_P_VALUE) -> float:
-    """The accuracy on ``n`` samples that guessing among ``num_classes`` reaches with
-    probability ``p_value``: a model must score above it to be clearly better than chance."""
-    return float(stats.binom.isf(p_value, n, 1 / num_classes)) / n
+def chance_threshold(chance: float, n: int, p_value: float = CHANCE_P_VALUE) -> float:
+    """The accuracy on ``n`` samples that a guesser right with probability ``chance`` reaches
+    with probability ``p_value``: a model must score above it to be clearly better."""
+    return float(stats.binom.isf(p_value, n, chance)) / n
+
+
+def chance_rate(labels: np.ndarray, num_classes: int) -> float:
+    """Chance on ``labels``: a uniform guess among the classes, or always the commonest class
+    (what a model that learned nothing of its inputs scores on imbalanced data)."""
+    return max(1 / num_classes, float(np.bincount(labels).max()) / len(labels))
 
 
 def check_above_chance(accuracy: float, data: Dataset, name: str) -> None:
@@ -199,14 +207,16 @@ def check_above_chance(accuracy: float, data: Dataset, name: str) -> None:
         SpecError: It is not, with the input range the model saw and the preprocessing hint.
     """
     n = len(data.y_val)
-    needed = chance_threshold(data.num_classes, n)
+    chance = chance_rate(data.y_val, data.num_classes)
+    needed = chance_threshold(chance, n)
     if accuracy > needed:
         return
     raw = data.raw_input
     raise SpecError(
         f"model {name!r} scores {accuracy:.3f} on the {n} validation samples, not clearly above "
-        f"chance for {data.num_classes} classes ({1 / data.num_classes:.3f}; above {needed:.3f} "
-        f"is needed, p < {CHANCE_P_VALUE:g}), so no speedup or accuracy drop against it would "
+        f"chance for {data.num_classes} classes ({chance:.3f}, the better of a uniform guess "
+        f"and always the commonest class; above {needed:.3f} is needed, p < "
+        f"{CHANCE_P_VALUE:g}), so no speedup or accuracy drop against it would "
         f"mean anything. automl feeds a trained model its inputs as given: here "
         f"{raw.get('dtype')} values from {raw.get('min')} to {raw.get('max')}. Preprocess the "
         "dataset as the model was trained (scaling, normalisation, channel order) and check "

@@ -70,7 +70,9 @@ class CachedStages:
             kd_temperature=c.kd_temperature,
         )
         if self.trained is not None:
-            self.train_key = content_key("trained", self.trained.fingerprint())
+            # The output layer decides what pruning keeps: another is another pruned model.
+            layer = getattr(self.trained, "output_layer", None)
+            self.train_key = content_key("trained", self.trained.fingerprint(), layer)
         else:
             self.train_key = content_key(
                 "train", c.arch, c.train, self.data.fingerprint, self.seed, self.device

@@ -49,8 +49,13 @@ def test_a_final_activation_gives_the_last_layer_with_weights():
     assert find_output_layer(model, X) == "2"
 
 
-def test_a_container_that_gives_the_logits_is_kept_whole():
-    assert find_output_layer(LogitsOf(Dicts(), "logits"), X) == "model.score"
+def test_the_layer_inside_a_container_that_gives_the_logits_is_kept_whole():
+    assert find_output_layer(LogitsOf(Dicts(), "logits"), X) == "model.score.1"
+    body = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    wrapped = nn.Module()
+    wrapped.body = body  # a container whose last layer gives the output: the rest is prunable
+    wrapped.forward = lambda x: wrapped.body(x)
+    assert find_output_layer(wrapped, X) == "body.2"
 
 
 def test_logits_added_from_two_layers_are_ambiguous():

@@ -84,6 +84,12 @@ def test_logits_out_of_tolerance_or_a_flipped_class_fail():
     assert not parity.holds and parity.class_flips == 0 and parity.worst_ratio > 40
     flipped = expected[:, [1, 0, 2]]
     assert compare_logits(flipped, expected).class_flips == 2
+    close = np.array([[50.0, 49.96, 0.0]], dtype=np.float32)  # apart by 0.04, within 0.05
+    swapped = np.array([[49.975, 49.985, 0.0]], dtype=np.float32)  # each logit moves 0.025
+    parity = compare_logits(swapped, close)
+    assert parity.worst_ratio <= 1 and parity.class_flips == 1 and not parity.holds
+    tie = np.array([[50.0, 49.999, 0.0]], dtype=np.float32)  # a near-tie may flip
+    assert compare_logits(tie[:, [1, 0, 2]], tie).holds
 
 
 def test_a_wrong_graph_is_refused_naming_both_figures(tmp_path, monkeypatch):

@@ -122,7 +122,7 @@ def test_optimize_takes_a_trained_module_and_arrays(tmp_path, weights):
 
     model = DigitsCNN()
     model.load_state_dict(torch.load(weights, weights_only=True))
-    data = load_dataset("digits")
+    data = load_dataset("digits", standardize="none")  # the raw pixels it was trained on
     arrays = {"x_train": data.x_train, "y_train": data.y_train}
     arrays |= {"x_test": data.x_test, "y_test": data.y_test}
     result = automl.optimize(

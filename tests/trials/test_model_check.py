@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 from scipy import stats
 
-from automl.trials.model_check import _compare_expected, chance_threshold
+from automl.trials.model_check import _compare_expected, chance_rate, chance_threshold
 
 
 @pytest.mark.parametrize(("classes", "n"), [(2, 50), (10, 210), (10, 5000), (100, 300)])
 def test_the_chance_bound_is_reached_by_guessing_one_time_in_a_thousand(classes, n):
-    needed = chance_threshold(classes, n)
+    needed = chance_threshold(1 / classes, n)
     assert 1 / classes < needed < 1
     guessing = stats.binom(n, 1 / classes)
     assert guessing.sf(needed * n) <= 1e-3 < guessing.sf(needed * n - 1)
 
 
 def test_the_bound_tightens_with_more_validation_samples():
-    assert chance_threshold(10, 5000) < chance_threshold(10, 210) < chance_threshold(10, 30)
+    assert chance_threshold(0.1, 5000) < chance_threshold(0.1, 210) < chance_threshold(0.1, 30)
+
+
+def test_chance_on_imbalanced_labels_is_always_answering_the_commonest_class():
+    labels = np.array([0] * 90 + [1] * 10)
+    assert chance_rate(labels, 2) == 0.9  # a model that learned nothing scores this
+    assert chance_rate(np.arange(100) % 10, 10) == pytest.approx(0.1)
 
 
 def test_a_baseline_clearly_below_its_expected_accuracy_is_warned_of(caplog):
