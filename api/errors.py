@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from optuna.artifacts.exceptions import ArtifactNotFound
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from automl.errors import SpecError
 from automl.service.studies import StudyNotFound, TrialNotFound
@@ -82,12 +83,28 @@ async def _validation(_request: Request, exc: RequestValidationError) -> JSONRes
     return error_response(422, "invalid_request", f"invalid request: {summary}", errors)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
 async def _http(request: Request, exc: HTTPException) -> JSONResponse:
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = str(exc.detail)
     if exc.status_code in (404, 405) and message in ("Not Found", "Method Not Allowed"):
         message = f"{message.lower()}: {request.method} {request.url.path}"
-    return error_response(exc.status_code, code, message, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:  # Starlette names the methods of one of the path's routes only
+        headers = {**(headers or {}), "Allow": _allowed(request)}
+    return error_response(exc.status_code, code, message, headers=headers)
+
+
+def _allowed(request: Request) -> str:
+    """Every method that some route of the request's path answers in full."""
+    routes = request.app.router.routes
+    return ", ".join(
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    )
 
 
 async def _not_found(_request: Request, exc: Exception) -> JSONResponse:

@@ -64,7 +64,7 @@ def _trained_model(model: dict, settings: Settings) -> dict:
         raise _reject(
             "model.factory",
             f"model factory {model['factory']!r} is not allowed on this server; an operator "
-            f"allows factories with AUTOML_MODEL_FACTORIES (now {settings.model_factories})",
+            "allows factories with AUTOML_MODEL_FACTORIES",
         )
     weights = _under_data_root(model["weights"], settings, "model.weights", "weights")
     return {**model, "weights": str(weights)}

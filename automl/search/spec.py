@@ -96,7 +96,7 @@ class Constraint(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     metric: str = Field(json_schema_extra={"enum": list(METRICS)})
     op: Literal["<=", ">="]
-    bound: float
+    bound: float = Field(allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -109,3 +109,28 @@ def _auth(key: str) -> dict[str, str]:
 
 def _json() -> dict[str, str]:
     return {"Content-Type": "application/json"}
+
+
+def test_a_method_not_allowed_names_every_allowed_method(api_client):
+    for method, path, allowed in (("OPTIONS", "/v1/studies", "GET, POST"),
+                                  ("DELETE", "/v1/studies", "GET, POST")):  # fmt: skip
+        response = api_client.request(method, path)
+        assert response.status_code == 405
+        assert response.headers["allow"] == allowed
+
+
+def test_a_refused_dataset_is_named_as_given_never_by_its_server_path(submit_spec, api_server):
+    x = np.ones((40, 4), np.float32)
+    x[5, 2] = np.nan
+    y = np.arange(40) % 2
+    np.savez(api_server.settings.data_root / "nan.npz", x_train=x, y_train=y, x_test=x, y_test=y)
+    response = submit_spec(dataset="nan.npz")
+    assert response.status_code == 422, response.text
+    assert "x_train of 'nan.npz'" in response.json()["message"]
+    assert str(api_server.settings.data_root) not in response.text
+
+
+def test_an_infinite_bound_is_refused(submit_spec):
+    response = submit_spec(constraints=[{"metric": "latency_p99_ms", "op": "<=", "bound": "inf"}])
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"].startswith("constraints")

@@ -69,6 +69,7 @@ def test_a_factory_off_the_allow_list_is_refused(served, unique_name):
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["field"] == "model.factory"
     assert "AUTOML_MODEL_FACTORIES" in response.json()["message"]
+    assert FACTORY not in response.json()["message"]  # the allow-list is the operator's
     assert name not in optuna.get_all_study_names(storage)
 
 
