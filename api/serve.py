@@ -28,13 +28,13 @@ logger = logging.getLogger("api.serve")
 
 def serve_command(
     storage: Annotated[
-        str | None, typer.Option("--storage", help="SQLAlchemy URL \\[env AUTOML_STORAGE].")
+        str | None, typer.Option("--storage", help="SQLAlchemy URL [env AUTOML_STORAGE].")
     ] = None,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     workers: Annotated[int, typer.Option(help="Local trial worker processes.", min=0)] = 1,
 ) -> None:
-    """Serve the REST API (OpenAPI at /docs) with K local trial workers."""
+    """Serve the REST API (OpenAPI at /docs) and local trial workers."""
     serve(host=host, port=port, workers=workers, storage_url=storage)
 
 

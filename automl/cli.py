@@ -25,7 +25,9 @@ from automl.pipeline.ort_packages import require_single_ort
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
-app = typer.Typer(help="Hardware-aware model-optimization search.", no_args_is_help=True)
+app = typer.Typer(
+    help="Hardware-aware model-optimization search.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(study_app, name="study")
 
 
@@ -58,6 +60,19 @@ def targets_cmd(as_json: JsonOpt = False) -> None:
         console.print(targets_table(rows))
 
 
+@app.command("spaces")
+def spaces_cmd(as_json: JsonOpt = False) -> None:
+    """List the shipped search spaces, one line each."""
+    from automl.report.tables import spaces_table
+    from automl.search.space import list_spaces, load_space
+
+    spaces = [load_space(name) for name in list_spaces()]
+    if as_json:
+        print_json([{"name": s.name, "description": s.description} for s in spaces])
+    else:
+        console.print(spaces_table(spaces))
+
+
 @app.command("worker")
 def worker(
     storage: StorageOpt = None,
@@ -69,7 +84,7 @@ def worker(
     max_trials: Annotated[int | None, typer.Option(help="Run at most N trials.", min=1)] = None,
     wait: Annotated[bool, typer.Option(help="Keep polling when idle instead of exiting.")] = False,
 ) -> None:
-    """Run trials of the studies in the storage whose target this machine has.
+    """Run trials of the stored studies whose target this machine has.
 
     Exits when no study in scope has work left (unless --wait), and on SIGTERM or Ctrl-C after
     finishing its running trial. Failed stale trials of dead workers are re-queued.
@@ -143,7 +158,7 @@ def dashboard(
     host: Annotated[str, typer.Option(help="Bind address; it has no auth.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8080,
 ) -> None:
-    """Start optuna-dashboard on the study storage and artifact store (warns off loopback)."""
+    """Start optuna-dashboard on the studies (warns off loopback)."""
     from automl.report.dashboard import run_dashboard
     from automl.settings import get_settings
 

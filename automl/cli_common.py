@@ -19,7 +19,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 StorageOpt = Annotated[
-    str | None, typer.Option("--storage", help="SQLAlchemy URL \\[env AUTOML_STORAGE].")
+    str | None, typer.Option("--storage", help="SQLAlchemy URL [env AUTOML_STORAGE].")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 

@@ -22,7 +22,9 @@ from automl.errors import AutomlError, SpecError
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
-study_app = typer.Typer(help="Create, run and inspect studies.", no_args_is_help=True)
+study_app = typer.Typer(
+    help="Create, run and inspect studies.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @study_app.command("start")
@@ -71,10 +73,10 @@ def start(
     ] = None,
     mlflow_uri: Annotated[
         str | None,
-        typer.Option(help="Log each trial to this MLflow tracking URI \\[env AUTOML_MLFLOW_URI]."),
+        typer.Option(help="Log each trial to this MLflow tracking URI [env AUTOML_MLFLOW_URI]."),
     ] = None,
 ) -> None:
-    """Create (or resume) a study and run it here, ending with the Pareto front.
+    """Create or resume a study and run it here, to its Pareto front.
 
     `--model pkg.mod:fn --weights w.pt` optimizes that trained model (pruning, fine-tune,
     quantization, batch) against its own measured baseline, the study's first trial;
@@ -343,7 +345,10 @@ def export(
 
 @study_app.command("compare")
 def compare(first: str, second: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
-    """How two fronts differ (e.g. one spec on two targets): which candidates win where."""
+    """Compare two fronts: which candidates win where.
+
+    For example, one spec run on two targets.
+    """
     from automl.report.tables import comparison_table
     from automl.service.compare import compare_fronts
 
@@ -364,7 +369,10 @@ def report(
     models: Annotated[bool, typer.Option(help="Export the front's models beside it.")] = True,
     storage: StorageOpt = None,
 ) -> None:
-    """One self-contained HTML report: front, knobs, importances, failures, environment."""
+    """Write one self-contained HTML report of a study.
+
+    It holds the front, the knobs, their importances, the failures and the environment.
+    """
     from automl.report.html import write_report
     from automl.settings import get_settings
     from automl.storage.factory import open_artifact_store

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+
+import pytest
 
 
 def test_help_does_not_import_torch():
@@ -15,13 +18,35 @@ def test_help_does_not_import_torch():
 def test_help_lists_the_commands_the_study_group_and_plugins(cli):
     top = cli("--help").stdout
     for name in ("targets", "worker", "dashboard", "serve", "study"):
-        assert f"│ {name} " in top, top
+        assert f"\n  {name} " in top, top
     study = cli("study", "--help").stdout
     for name in ("start", "list", "show", "pareto", "export", "compare", "report", "stop"):
-        assert f"│ {name} " in study, study
+        assert f"\n  {name} " in study, study
 
 
 def test_worker_on_an_unreachable_storage_is_a_clear_error(cli):
     out = cli("worker", "--storage", "postgresql://automl@127.0.0.1:1/automl", check=False)
     assert out.returncode == 2 and "error: cannot open the storage" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_spaces_lists_every_shipped_space_one_line_each(cli):
+    from automl.search.space import list_spaces
+
+    done = cli("spaces")
+    rows = [line for line in done.stdout.splitlines() if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == list_spaces()
+    listed = json.loads(cli("spaces", "--json").stdout)
+    assert {s["name"] for s in listed} == set(list_spaces()) and all(
+        s["description"] for s in listed
+    )
+
+
+@pytest.mark.parametrize("command", ["", "study", "study start", "study export", "worker", "serve"])
+def test_help_is_readable_at_80_columns(cli, command):
+    cli.env["COLUMNS"] = "80"
+    done = cli(*command.split(), "--help")
+    said = done.stdout
+    cut = [line for line in said.splitlines() if line.endswith("...") and "Usage" not in line]
+    assert "…" not in said and not cut and "\\[" not in said, said  # nothing cut, no markup
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
@@ -9,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.service.studies import StudyInfo
     from automl.targets import Target
@@ -48,6 +50,18 @@ def targets_table(rows: list[tuple[Target, bool]]) -> Table:
             ", ".join(str(b) for b in target.precisions),
             target.description,
         )
+    return table
+
+
+def spaces_table(spaces: list[SearchSpace]) -> Table:
+    """Shipped search spaces, one line each: the name and the first clause of the description
+    (``automl spaces --json`` gives all of it)."""
+    table = Table(title="Search spaces (--space NAME, or a YAML path)")
+    for column in ("name", "what it searches"):
+        table.add_column(column, no_wrap=column == "name")
+    for space in spaces:
+        first = re.split(r"(?<=[;:])\s|(?<=\.)\s(?=[A-Z])", " ".join(space.description.split()))[0]
+        table.add_row(space.name, first.rstrip(".;:"))
     return table
 
 
