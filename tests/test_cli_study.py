@@ -240,6 +240,7 @@ def test_a_study_that_fails_exits_1_and_resumes_with_retry_failed(cli):
         "  batch_size: {type: categorical, choices: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]}\n"
     )
     space.write_text(body + "  train.lr: {type: fixed, value: 1.0e+30}\n")
+    cli.env["AUTOML_KNOB_BOUNDS"] = '{"train.lr": [0, 1e31]}'  # allowed here, to fail trials
     args = ("study", "start", "--space", str(space), "--n-trials", "1", "--name", "f")
     out = cli(*args, check=False)
     assert out.returncode == 1, out.stderr
