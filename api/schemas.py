@@ -62,6 +62,7 @@ class StudyOut(BaseModel):
     eta_s: float | None
     waiting_reason: str | None
     error: str | None = None
+    infeasible: dict[str, int] = {}
     failures: list[FailureOut]
     links: dict[str, str]
 

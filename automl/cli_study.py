@@ -42,6 +42,14 @@ def start(
     timeout: Annotated[float | None, typer.Option(help="Seconds, from the first trial.")] = None,
     sampler: Annotated[str | None, typer.Option(help="default, tpe, nsga2, random or gp.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, training and sampler.")] = None,
+    objective: Annotated[
+        list[str] | None,
+        typer.Option(help="A metric to optimise, in its natural direction (repeat for more)."),
+    ] = None,
+    constraint: Annotated[
+        list[str] | None,
+        typer.Option(help="A budget, e.g. 'latency_p99_ms <= 10' (repeat for more)."),
+    ] = None,
     storage: StorageOpt = None,
     jobs: Annotated[int, typer.Option(help="Local worker processes.", min=1)] = 1,
     detach: Annotated[bool, typer.Option(help="Only create the study, for workers.")] = False,
@@ -91,6 +99,8 @@ def start(
     overrides = {
         "name": name, "search_space": space, "dataset": dataset, "n_trials": n_trials,
         "timeout_s": timeout, "sampler": sampler, "seed": seed, "standardize": standardize,
+        "objectives": [{"metric": m} for m in objective] if objective else None,
+        "constraints": constraint or None,
         "model": _trained(model, weights, output_layer, model_output),
     }  # fmt: skip
     try:
@@ -190,7 +200,10 @@ def _given(values: dict) -> dict:
 
 def _names_a_study(spec_file: Path | None, target: str | None, overrides: dict) -> bool:
     """Whether ``start`` got a study name and at most a new budget."""
-    spec_options = ("search_space", "dataset", "sampler", "seed", "model", "standardize")
+    spec_options = (
+        "search_space", "dataset", "sampler", "seed", "model", "standardize", "objectives",
+        "constraints",
+    )  # fmt: skip
     named = overrides["name"] is not None and spec_file is None and target is None
     return named and all(overrides[key] is None for key in spec_options)
 

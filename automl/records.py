@@ -21,6 +21,11 @@ WORKER = "worker"  # host:pid of the process that ran the trial
 BASELINE = "baseline"  # marks the unmodified trained model's trial (a trained model's study)
 
 
+def violated(system_attrs: dict) -> list[int]:
+    """The indices of the study's constraints that a trial violates (its value > 0)."""
+    return [i for i, value in enumerate(system_attrs.get(_CONSTRAINTS_KEY) or []) if value > 0]
+
+
 def constraint_attrs(violations: list[float]) -> dict[str, list[float]]:
     """The system attr of the constraint violations (≤ 0 is feasible).
 

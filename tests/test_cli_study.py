@@ -250,3 +250,17 @@ def test_a_study_that_fails_exits_1_and_resumes_with_retry_failed(cli):
     assert again.returncode == 1 and count_state(cli.storage, "COMPLETE") == 0
     cli("study", "start", "--name", "f", "--retry-failed", "--no-remeasure-front")
     assert count_state(cli.storage, "COMPLETE") == 1
+
+
+def test_objectives_and_constraints_from_the_command_line(cli):
+    cli(
+        "study", "start", "--space", "digits-mlp", "--n-trials", "1", "--name", "flags",
+        "--objective", "accuracy", "--objective", "size_mb", "--constraint",
+        "latency_p99_ms <= 10", "--constraint", "size_mb <= 0.0001", "--no-remeasure-front",
+    )  # fmt: skip
+    info = json.loads(cli("study", "show", "flags", "--json").stdout)
+    assert [o["metric"] for o in info["spec"]["objectives"]] == ["accuracy", "size_mb"]
+    assert [c["bound"] for c in info["spec"]["constraints"]] == [10, 0.0001]
+    assert info["infeasible"] == {"size_mb <= 0.0001": 1}  # no model is that small
+    shown = cli("study", "show", "flags").stdout
+    assert "infeasible: 1 complete trial(s) break size_mb <= 0.0001" in " ".join(shown.split())

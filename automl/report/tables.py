@@ -105,6 +105,8 @@ def study_panel(info: StudyInfo) -> Panel:
         lines.append(f"[bold]ETA[/] {info.eta_s:.0f} s")
     if info.error:
         lines.append(f"[red]failed before any trial:[/] {escape(info.error)}")
+    for constraint, count in info.infeasible.items():
+        lines.append(f"[yellow]infeasible:[/] {count} complete trial(s) break {constraint}")
     for failure in info.failures[-10:]:
         retry = failure.get("retried_as")
         retried = f" (retried as trial {retry})" if retry is not None else ""

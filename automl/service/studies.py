@@ -13,7 +13,7 @@ import optuna
 
 from automl.data import BUILTIN_DATASETS, check_source_form, load_dataset
 from automl.errors import AutomlError, DataError, InputRefused, SpecError
-from automl.records import BASELINE, FAIL_REASON, SPEC_ATTR, TRIAL_STATES
+from automl.records import BASELINE, FAIL_REASON, SPEC_ATTR, TRIAL_STATES, violated
 from automl.search.baseline import baseline_params
 from automl.search.compat import check_compatible, check_target
 from automl.search.space import load_space
@@ -65,6 +65,7 @@ class StudyInfo:
     eta_s: float | None = None
     failures: list[dict] = field(default_factory=list)
     error: str | None = None  # why the study failed before any trial could run
+    infeasible: dict[str, int] = field(default_factory=dict)  # per constraint: COMPLETE trials
 
     def as_dict(self) -> dict:
         """Plain JSON-able form."""
@@ -379,7 +380,21 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
         eta_s=_eta(trials, spec, counts) if state == "running" else None,
         failures=failures,
         error=error,
+        infeasible=_infeasible(trials, spec),
     )
+
+
+def _infeasible(trials: list[optuna.trial.FrozenTrial], spec: StudySpec) -> dict[str, int]:
+    """How many COMPLETE trials violate each of the spec's constraints (those none violates
+    are left out)."""
+    counts: dict[str, int] = {}
+    for trial in trials:
+        if trial.state.name == "COMPLETE":
+            for index in violated(trial.system_attrs):
+                if index < len(spec.constraints):
+                    name = str(spec.constraints[index])
+                    counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def refuse_study(study: optuna.Study, reason: str) -> None:

@@ -347,3 +347,22 @@ def test_a_failed_study_runs_again_once_its_failures_are_forgiven(env):
     result = run_study_loop("t", storage, **loop)
     assert (result.reason, result.ran) == ("done", 1)
     assert optuna.load_study(study_name="t", storage=storage).user_attrs[FORGIVEN_ATTR] == 10
+
+
+def test_show_counts_the_infeasible_trials_per_constraint(env):
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from automl.records import constraint_attrs
+
+    _, storage, _ = env
+    spec = _spec(constraints=["latency_p99_ms <= 5", "size_mb <= 0.02"])
+    study = create_study(spec, storage)
+    for violations in ([-1.0, 0.5], [2.0, 0.1], [-1.0, -0.01]):
+        study.add_trial(create_trial(
+            values=[0.9, 0.01], params={"batch_size": 1},
+            distributions={"batch_size": CategoricalDistribution([1])},
+            system_attrs=constraint_attrs(violations),
+        ))  # fmt: skip
+    info = get_study("t", storage)
+    assert info.infeasible == {"latency_p99_ms <= 5": 1, "size_mb <= 0.02": 2}
