@@ -79,6 +79,9 @@ def start(
         str | None,
         typer.Option(help="auto, none, scalar, per_feature or per_channel."),
     ] = None,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Show Optuna's own log of every trial.")
+    ] = False,
     mlflow_uri: Annotated[
         str | None,
         typer.Option(help="Log each trial to this MLflow tracking URI [env AUTOML_MLFLOW_URI]."),
@@ -96,6 +99,10 @@ def start(
     SIGTERM stops as the first Ctrl-C does, and exits 0.
     """
     signal.signal(signal.SIGINT, _interrupt)
+    if not verbose:  # Optuna's INFO lines repeat every parameter; the progress tells the story
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     overrides = {
         "name": name, "search_space": space, "dataset": dataset, "n_trials": n_trials,
         "timeout_s": timeout, "sampler": sampler, "seed": seed, "standardize": standardize,
@@ -142,7 +149,10 @@ def start(
     if detach:
         return
     after = _print_remeasured if remeasure_front else None
-    code = run_here(runnable, store, storage_url=storage, jobs=jobs, console=console, after=after)
+    code = run_here(
+        runnable, store, storage_url=storage, jobs=jobs, console=console, after=after,
+        verbose=verbose,
+    )  # fmt: skip
     if code:
         raise typer.Exit(code)
 

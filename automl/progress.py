@@ -2,7 +2,7 @@
 
 A bar counts COMPLETE trials towards ``n_trials`` and shows a short status (failures, the
 front's size and its best accuracy). Where neither a notebook nor a terminal is attached
-(a script piped to a log, a test), nothing is drawn.
+(a script piped to a log), each finished trial prints one line to stderr instead.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
-BarKind = Literal["rich", "tqdm", "none"]
+BarKind = Literal["rich", "tqdm", "log", "none"]
 
 
 class Bar(Protocol):
@@ -30,7 +30,8 @@ class Bar(Protocol):
 
 
 def choose_bar(enabled: bool) -> BarKind:
-    """The bar for this process: tqdm in a notebook, rich on a terminal, else none.
+    """The bar for this process: tqdm in a notebook, rich on a terminal, else a log line per
+    finished trial.
 
     Args:
         enabled: ``False`` always gives ``"none"``.
@@ -39,7 +40,7 @@ def choose_bar(enabled: bool) -> BarKind:
         return "none"
     if in_notebook():
         return "tqdm"
-    return "rich" if sys.stdout.isatty() else "none"
+    return "rich" if sys.stdout.isatty() else "log"
 
 
 def in_notebook() -> bool:
@@ -75,7 +76,27 @@ def open_bar(
         return _RichBar(description, total, completed, file)
     if kind == "tqdm":
         return _TqdmBar(description, total, completed, file)
+    if kind == "log":
+        return _LogBar(description, total, file)
     return _NoBar()
+
+
+class _LogBar:
+    """One line per update that changes something: a log's progress."""
+
+    def __init__(self, description: str, total: int | None, file: TextIO | None) -> None:
+        self._description, self._total, self._file = description, total, file
+        self._last: tuple[int, str] | None = None
+
+    def update(self, completed: int, status: str) -> None:
+        if (completed, status) != self._last:
+            total = f"/{self._total}" if self._total is not None else ""
+            line = f"{self._description}: {completed}{total} complete  {status}"
+            print(line, file=self._file or sys.stderr, flush=True)
+            self._last = completed, status
+
+    def close(self) -> None:
+        pass
 
 
 class _NoBar:

@@ -58,6 +58,7 @@ def optimize(
     mlflow_uri: str | None = None,
     model: nn.Module | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     standardize: str | None = None,
+    verbose: bool = False,
 ) -> StudyResult:
     """Create (or resume) a study and run its trials here until it is done.
 
@@ -92,7 +93,8 @@ def optimize(
             (``sqlite:///studies/automl.db``).
         artifacts_dir: Where models go; defaults to ``AUTOML_ARTIFACTS_DIR``
             (``studies/artifacts``).
-        progress: Show a progress bar (rich in a terminal, tqdm in a notebook).
+        progress: Show a progress bar (rich in a terminal, tqdm in a notebook), or one line
+            per finished trial on stderr where there is neither.
         remeasure: Measure the front's latency again once the study is done, to decide
             latency budgets on more runs (see :func:`automl.trials.remeasure.remeasure_front`).
         retry_failed: Let a study that ended on too many failed trials run again.
@@ -112,6 +114,7 @@ def optimize(
         standardize: How float inputs are standardised: ``auto`` (per feature for (N, F),
             per channel for (N, C, ...), from the train split), ``scalar``, ``per_feature``,
             ``per_channel`` or ``none``; a trained model's default is ``none``.
+        verbose: Keep Optuna's own INFO lines, which repeat each trial's params.
 
     Returns:
         The study, its front, and its exports.
@@ -147,7 +150,7 @@ def optimize(
     if settings.mlflow_uri:  # before the study exists: a dead server would leave it queued
         check_reachable(settings.mlflow_uri)
     bar = choose_bar(progress)
-    with _optuna_logs_quiet(bar != "none"):  # the bar tells the story
+    with _optuna_logs_quiet(not verbose):  # the bar tells the story
         studies.create_study(study_spec, store)
         if retry_failed:
             studies.retry_failed(study_spec.name, store)

@@ -26,6 +26,9 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
     )  # fmt: skip
     assert "Pareto front of e2e" in out.stdout
     assert "re-measured" in out.stdout
+    for number in range(3):  # no terminal: one line per finished trial, Optuna's own quiet
+        assert f"e2e: trial {number} accuracy " in out.stdout, out.stdout
+    assert "[I " not in out.stderr
 
     front = json.loads(cli("study", "pareto", "e2e", "--json").stdout)
     assert front

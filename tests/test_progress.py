@@ -7,10 +7,23 @@ import io
 from automl.progress import choose_bar, in_notebook, open_bar
 
 
-def test_no_bar_when_disabled_or_when_nothing_is_attached() -> None:
+def test_no_bar_when_disabled_and_log_lines_when_nothing_is_attached() -> None:
     assert choose_bar(False) == "none"
     assert not in_notebook()  # a plain interpreter, not a Jupyter kernel
-    assert choose_bar(True) == "none"  # pytest captures stdout: no terminal
+    assert choose_bar(True) == "log"  # pytest captures stdout: no terminal
+
+
+def test_the_log_bar_writes_one_line_per_finished_trial() -> None:
+    out = io.StringIO()
+    bar = open_bar("log", "digits", total=4, file=out)
+    for completed, status in ((1, "failed 0"), (1, "failed 0"), (1, "failed 1"), (2, "failed 1")):
+        bar.update(completed, status)
+    bar.close()
+    assert out.getvalue().splitlines() == [
+        "digits: 1/4 complete  failed 0",
+        "digits: 1/4 complete  failed 1",
+        "digits: 2/4 complete  failed 1",
+    ]
 
 
 def test_tqdm_bar_counts_trials_and_shows_the_status() -> None:

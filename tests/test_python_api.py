@@ -257,3 +257,14 @@ def test_ctrl_c_stops_after_the_running_trial_and_returns_the_result(tmp_path) -
 def _a_model_is_stored(artifacts: Path) -> bool:
     """Whether a trial has uploaded its model (files at the top; the stage cache below)."""
     return artifacts.is_dir() and any(path.is_file() for path in artifacts.iterdir())
+
+
+def test_optimize_logs_one_line_per_trial_and_keeps_optuna_quiet(tmp_path, capfd) -> None:
+    automl.optimize(
+        search_space="digits-mlp", n_trials=2, name="quiet", constraints=[],
+        storage=f"sqlite:///{tmp_path / 'q.db'}", artifacts_dir=tmp_path / "art", remeasure=False,
+    )  # fmt: skip
+    err = capfd.readouterr().err
+    assert "[I " not in err  # Optuna's INFO lines repeat each trial's params
+    lines = [line for line in err.splitlines() if line.startswith("quiet: ")]
+    assert [line.split()[1] for line in lines] == ["1/2", "2/2"], err

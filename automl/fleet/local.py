@@ -50,6 +50,7 @@ def run_here(
     jobs: int,
     console: Console,
     after: Callable[[str, BaseStorage], None] | None = None,
+    verbose: bool = False,
 ) -> int:
     """Run the studies of ``specs`` here in turn, as ``automl study start`` does.
 
@@ -64,6 +65,8 @@ def run_here(
         jobs: Worker processes in all (this one included).
         console: Where progress, fronts and messages go.
         after: Called with the name of each study that ran to its end.
+        verbose: Keep Optuna's own INFO lines (each trial's params); by default the progress
+            line, or one line per finished trial where there is no terminal, tells the story.
 
     Returns:
         The exit code: 130 after Ctrl-C (one press or two), 1 when a study ended on too many
@@ -71,7 +74,8 @@ def run_here(
         its way out, and Python restores the default action (death by SIGINT) while it
         finalizes.
     """
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
+    if not verbose:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
     # Assigned once, before this process is pinned: pinning changes what it would inherit.
     gpus = list_gpus()
     environments = [worker_environment(index, gpus) for index in range(jobs)]
@@ -239,6 +243,9 @@ def _worker_process(name: str, url: str, index: int, environment: dict[str, str]
         return
 
 
+_ENDED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+
+
 @dataclass
 class _Status:
     """The progress line: trial counts, read each second, and the front, read after a trial."""
@@ -248,14 +255,38 @@ class _Status:
     counts: dict[str, int] = field(default_factory=dict)
     front: str = ""
     mean_s: float | None = None  # of a COMPLETE trial
+    logged: set[int] = field(default_factory=set)  # trials whose end is in the log already
 
-    def refresh(self) -> None:
-        """Count the trials; read the front and the mean duration again when one has ended."""
+    def __post_init__(self) -> None:
+        self.logged = {t.number for t in self.study.get_trials(deepcopy=False, states=_ENDED)}
+
+    def refresh(self) -> list[str]:
+        """Count the trials; read the front and the mean duration again when one has ended.
+
+        Returns:
+            One line per trial that has ended since the last refresh, for a log.
+        """
         counts, _ = state_counts(self.study._storage, self.study._study_id)
-        ended = [counts[s] for s in ("COMPLETE", "FAIL", "PRUNED")]
-        if ended != [self.counts.get(s) for s in ("COMPLETE", "FAIL", "PRUNED")]:
-            self._read_front()
+        ended = [counts[s] for s in ("COMPLETE", "FAIL")]
+        if ended == [self.counts.get(s) for s in ("COMPLETE", "FAIL")]:
+            self.counts = counts
+            return []
+        self._read_front()
         self.counts = counts
+        finished = self.study.get_trials(deepcopy=False, states=_ENDED)
+        new = [t for t in finished if t.number not in self.logged]
+        self.logged |= {t.number for t in new}
+        return [self._line(t) for t in sorted(new, key=lambda t: t.number)]
+
+    def _line(self, trial: optuna.trial.FrozenTrial) -> str:
+        total = f"/{self.n_trials}" if self.n_trials is not None else ""
+        done = f"{self.counts['COMPLETE']}{total} complete"
+        if trial.state.name == "FAIL":
+            what = f"failed: {trial.user_attrs.get('fail_reason', 'no reason recorded')}"
+        else:
+            a = trial.user_attrs
+            what = f"accuracy {a['accuracy']:.3f}, {a['latency_per_sample_ms']:.4g} ms/sample"
+        return f"{self.study.study_name}: trial {trial.number} {what}  ({done}, {self.text()})"
 
     def text(self) -> str:
         """The line's text, latency in ms per sample."""
@@ -289,11 +320,14 @@ def _refreshing(
     """Refresh the progress line every ``every_s`` while the block runs, and once after it.
 
     Polling shows a trial as running from its start, helpers' trials included; a trial-end
-    callback would count only this process's trials, and only once they ended.
+    callback would count only this process's trials, and only once they ended. Without a
+    terminal (a log), each trial that ends prints one line instead.
     """
 
     def show() -> None:
-        status.refresh()
+        for line in status.refresh():
+            if not progress.console.is_terminal:
+                progress.console.print(line, highlight=False)
         progress.update(task, completed=status.counts["COMPLETE"], status=status.text())
 
     def poll() -> None:
