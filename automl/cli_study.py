@@ -232,18 +232,15 @@ def _stored_spec(store: BaseStorage, overrides: dict) -> list | None:
 
 
 def _print_remeasured(name: str, store: BaseStorage) -> None:
+    from automl.report.tables import remeasured_lines
     from automl.settings import get_settings
     from automl.storage.factory import open_artifact_store
     from automl.trials.remeasure import remeasure_front
 
     results = remeasure_front(name, store, open_artifact_store(get_settings()))
     for number, latency in sorted(results.items()):
-        console.print(
-            f"trial {number}: p50 {latency['first_p50_ms']:.4f} ms in the study, "
-            f"{latency['p50_ms']:.4f} ms re-measured (cv {latency['cv']:.3f}, "
-            f"{latency['runs']} runs)",
-            highlight=False,
-        )
+        for line in remeasured_lines(number, latency):
+            console.print(line, highlight=False)
         for decision in latency["decisions"]:
             console.print(
                 f"  {decision['metric']} {decision['op']} {decision['bound']:g}: "

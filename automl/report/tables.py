@@ -194,3 +194,31 @@ def comparison_table(comparison: dict) -> Table:
         )
         table.caption = (table.caption or "") + f"\n{name} front: {favoured}"
     return table
+
+
+def remeasured_lines(number: int, latency: dict) -> list[str]:
+    """What a re-measure of one front trial found, each figure labelled (see
+    :func:`automl.trials.remeasure.remeasure_front`), and why its p99 moved when it moved by
+    more than the new interval."""
+    p99 = latency["intervals"]["latency_p99_ms"]
+    low, high = p99["low_ms"], p99["high_ms"]
+    interval = (
+        f"95 % CI [{low:.4g}, {high:.4g}]"
+        if low is not None and high is not None
+        else ("too few runs for its 95 % CI")
+    )
+    lines = [
+        f"trial {number}: p50 {latency['first_p50_ms']:.4g} ms in the study, "
+        f"{latency['p50_ms']:.4g} ms re-measured; p99 {latency['first_p99_ms']:.4g} ms in the "
+        f"study, {p99['value_ms']:.4g} ms re-measured ({interval}); cv {latency['cv']:.3f} "
+        f"(coefficient of variation), {latency['runs']} runs"
+    ]
+    first = latency["first_p99_ms"]
+    if low is not None and high is not None and not low <= first <= high:
+        runs = latency.get("first_runs")
+        lines.append(
+            f"  the study's p99 lies outside that interval: it came from {runs or 'fewer'} runs, "
+            "too few to pin a 99th percentile on a shared host, whose load moves the tail; "
+            "budgets are decided on the re-measure"
+        )
+    return lines

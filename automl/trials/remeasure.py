@@ -61,7 +61,7 @@ def remeasure_front(
 
     Returns:
         By trial number: the latency statistics of the new runs (``p50_ms``… ``runs``), the
-        first measurement's ``first_p50_ms``, ``intervals`` (p50/p90/p99 with their 95%
+        first measurement's ``first_p50_ms``, ``first_p99_ms`` and ``first_runs``, ``intervals`` (p50/p90/p99 with their 95%
         intervals), ``decisions`` (one per budget, in order), ``stop`` (``decided`` or
         ``cap``), ``converged`` (the median's interval target was reached) and ``env``.
 
@@ -97,6 +97,8 @@ def remeasure_front(
                 **_record(samples, batch, kept),
                 "stop": stop,
                 "first_p50_ms": attrs["latency_p50_ms"],
+                "first_p99_ms": attrs["latency_p99_ms"],
+                "first_runs": (attrs.get("latency") or {}).get("runs"),
                 "source": "onnxruntime",
                 "provider": env["provider"],
                 "env": env,
