@@ -21,7 +21,8 @@ _KINDS = {  # kind → (trace name, marker style); the front first so that it is
     "dominated": ("dominated", {"color": "#1f77b4", "size": 8, "opacity": 0.6}),
     "infeasible": ("infeasible", {"color": "#7f7f7f", "size": 8, "symbol": "x"}),
 }
-# Plain numbers on log axes: plotly's default SI prefixes read "100µ" for 0.0001 ms.
+# Plain numbers on log axes: plotly's default SI prefixes read "100µ" for 0.0001 ms. Their
+# ticks are set at powers of ten only (dtick 1): the 2s and 5s between overlap in small panels.
 _LOG_TICKS = "~g"
 _HOVER_METRICS = (
     "test_accuracy",
@@ -86,7 +87,7 @@ def pareto_figure(points: list[Point], spec: StudySpec, x_metric: str) -> go.Fig
         fig.add_trace(_scatter(baseline, spec, x_metric, name=name, marker=star, uid="baseline"))
     fig.update_layout(
         title="Accuracy against latency",
-        xaxis={"title": _log_title(x_metric), "type": "log", "tickformat": _LOG_TICKS},
+        xaxis={"title": _log_title(x_metric), "type": "log", "tickformat": _LOG_TICKS, "dtick": 1},
         yaxis={"title": "accuracy (validation split, ONNX artifact)"},
         legend={"orientation": "h", "y": -0.18},
         height=520,
@@ -138,7 +139,7 @@ def knob_figure(points: list[Point], x_metric: str) -> go.Figure:
         values = sorted({p.params[knob] for p in having}, key=_order)
         fig.update_xaxes(type="category", categoryarray=[knob_label(v) for v in values], col=col)
     fig.update_yaxes(title_text="accuracy (validation)", row=1, col=1)
-    fig.update_yaxes(type="log", tickformat=_LOG_TICKS, row=2)
+    fig.update_yaxes(type="log", tickformat=_LOG_TICKS, dtick=1, row=2)
     fig.update_yaxes(title_text=_log_title(x_metric), row=2, col=1)
     fig.update_layout(height=520, margin={"t": 40, "b": 30})
     return fig

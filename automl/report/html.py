@@ -315,12 +315,17 @@ def _environment(spec: StudySpec, complete: list[FrozenTrial]) -> str:
             }
         )
     ]
-    envs = Counter(
-        json.dumps(t.user_attrs["env"], sort_keys=True) for t in complete if "env" in t.user_attrs
-    )
+    envs = [t.user_attrs["env"] for t in complete if "env" in t.user_attrs]
     if not envs:
-        parts.append(_note("No trial recorded an environment fingerprint yet."))
-    for env, count in envs.items():
-        parts.append(f"<p>Environment fingerprint of {count} measured trials:</p>")
-        parts.append(_pairs(json.loads(env), header=("key", "value")))
+        return "".join([*parts, _note("No trial recorded an environment fingerprint yet.")])
+    text = [{k: json.dumps(v, sort_keys=True) for k, v in env.items()} for env in envs]
+    keys = sorted(set().union(*text))
+    varying = [k for k in keys if len({env.get(k) for env in text}) > 1]
+    shared = {k: envs[0][k] for k in keys if k not in varying}
+    parts += [f"<p>Environment of the {len(envs)} measured trials:</p>", _pairs(shared)]
+    if varying:  # one row per combination of the fields that differ, with its trials
+        groups = Counter(tuple(env.get(k, "") for k in varying) for env in text)
+        rows = [[*(_e(json.loads(v)) if v else "" for v in values), str(n)]
+                for values, n in groups.items()]  # fmt: skip
+        parts += ["<p>Fields that differ between trials:</p>", _table([*varying, "trials"], rows)]
     return "".join(parts)

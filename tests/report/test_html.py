@@ -127,6 +127,10 @@ def test_sections_failures_and_environment(dom: str, study_run: dict) -> None:
     assert "<script>alert(1)" not in dom
     assert env["cpu_model"] in dom and env["onnxruntime"] in dom
     assert "CPUExecutionProvider" in dom
+    assert dom.count("Environment of the") == 1  # one table, not one per fingerprint
+    envs = [t.user_attrs["env"] for t in study.trials if "env" in t.user_attrs]
+    differ = any(e.get("placement") != envs[0].get("placement") for e in envs)
+    assert ("Fields that differ between trials" in dom) == differ
 
 
 def test_self_contained(report: Path) -> None:
