@@ -1,0 +1,76 @@
+"""Latency constraints judged on evidence: a trial is infeasible on one only once more runs say so.
+
+A trial's latency comes from a short measurement, whose tail a shared host's load can inflate:
+a p99 of 50 runs rests on its slowest run or two. So before a latency constraint marks a trial
+infeasible, its model is timed again until the 95% interval of the constrained statistic lies
+on one side of the bound, or a cap (see :func:`automl.pipeline.latency_decision.sample_until_decided`).
+The constraint is then judged on the new runs' estimate; both measurements are recorded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from automl.pipeline.latency import ort_run_timer
+from automl.pipeline.latency_decision import LATENCY_METRICS, decide_all, sample_until_decided
+from automl.targets.gpus import measurement_lock
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from automl.candidate import Candidate
+    from automl.data import Dataset
+    from automl.search.spec import Constraint
+    from automl.targets import Target
+
+# Runs before the first look, and the cap on the re-measure of one trial.
+_MIN_RUNS = 200
+_MAX_SECONDS = 3.0
+
+
+def confirm_latency(
+    model_path: Path,
+    target: Target,
+    data: Dataset,
+    candidate: Candidate,
+    method: str,
+    constraints: Sequence[Constraint],
+    metrics: dict[str, float],
+) -> dict | None:
+    """Re-measure a trial whose first measurement breaks a latency constraint.
+
+    Args:
+        model_path: The trial's ONNX artifact.
+        target: Where it was measured, and is measured again.
+        data: The dataset, whose test inputs are fed.
+        candidate: The trial's candidate (its serving batch and graph optimisation).
+        method: The graph's quantization method, which picks the backend.
+        constraints: The study's constraints.
+        metrics: The trial's metrics from its first measurement.
+
+    Returns:
+        None when no latency constraint is broken; else ``decisions`` (one per broken
+        constraint: verdict, the new estimate and its 95% interval, runs, reason), ``runs``,
+        ``stop`` (``decided`` or ``cap``) and ``judged``: the metric values the constraints are
+        to be judged on (the new estimates).
+    """
+    broken = [c for c in constraints if c.metric in LATENCY_METRICS and c.violation(metrics) > 0]
+    if not broken:
+        return None
+    batch = candidate.batch_size
+    with measurement_lock(target):
+        run_once, _ = ort_run_timer(
+            model_path, target, data.x_test, batch, method=method,
+            optimization=candidate.graph_optimization,
+        )  # fmt: skip
+        samples, stop = sample_until_decided(
+            run_once, batch, broken, min_runs=_MIN_RUNS, max_seconds=_MAX_SECONDS
+        )
+    decisions = decide_all(samples, batch, broken)
+    return {
+        "decisions": [d.as_dict() for d in decisions],
+        "runs": len(samples),
+        "stop": stop,
+        "judged": {d.metric: d.value for d in decisions},
+    }
