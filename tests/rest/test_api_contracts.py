@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from automl.search.space import list_spaces
 from automl.search.spec import METRICS
@@ -134,3 +136,22 @@ def test_an_infinite_bound_is_refused(submit_spec):
     response = submit_spec(constraints=[{"metric": "latency_p99_ms", "op": "<=", "bound": "inf"}])
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["field"].startswith("constraints")
+
+
+def _resident_kb(field: str) -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split(f"{field}:")[1].split()[0])
+
+
+@pytest.mark.slow
+def test_a_crafted_npz_is_refused_over_rest_without_decompressing_it(submit_spec, api_server):
+    from crafted import crafted_npz
+
+    crafted_npz(api_server.settings.data_root / "bomb.npz")  # 1.2 MB holding 1.2 GB
+    Path("/proc/self/clear_refs").write_text("5")  # the server runs in this process
+    before = _resident_kb("VmRSS")
+    response = submit_spec(dataset="bomb.npz")
+    grown_kb = _resident_kb("VmHWM") - before
+    assert response.status_code == 422, response.text
+    assert "x_train of 'bomb.npz' has 6000000 samples" in response.json()["message"]
+    assert grown_kb < 200_000  # decompressed, it would be 1.2 GB more
