@@ -13,6 +13,7 @@ import numpy as np
 import onnxruntime as ort
 
 from automl.errors import SpecError
+from automl.pipeline.ort_packages import load_gpu_libraries
 from automl.pipeline.placement import RECORD_PLACEMENT
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ def make_session(
     options.add_session_config_entry(RECORD_PLACEMENT, "1")
     available = set(ort.get_available_providers())
     chosen = [p for p in providers if p in available] or ["CPUExecutionProvider"]
+    if chosen != ["CPUExecutionProvider"]:
+        load_gpu_libraries()  # the providers' libraries have no RUNPATH of their own
     options_of = [dict((provider_options or {}).get(p, {})) for p in chosen]
     session = ort.InferenceSession(
         str(model_path), sess_options=options, providers=chosen, provider_options=options_of,

@@ -7,20 +7,27 @@ broken without an error. ``pip`` does not prevent it: installing ``automl[gpu]``
 install does exactly that, hence ``make install-gpu``.
 
 This module reads package metadata only; it imports neither onnxruntime nor torch, so it is
-cheap to call when the CLI starts (:func:`gpu_runtime_versions`, called by a measurement,
-imports onnxruntime).
+cheap to call when the CLI starts (:func:`gpu_runtime_versions` and :func:`load_gpu_libraries`,
+called by a measurement, import onnxruntime).
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import logging
 import re
+from functools import cache
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from automl.errors import AutomlError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+logger = logging.getLogger("automl.pipeline.ort_packages")
 
 # Distributions whose wheels install the ``onnxruntime`` import package.
 ORT_DISTRIBUTIONS = frozenset(
@@ -116,3 +123,42 @@ def _version(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+@cache
+def load_gpu_libraries() -> tuple[str, ...]:
+    """Load the CUDA, cuDNN and TensorRT libraries of pip's NVIDIA wheels into this process,
+    once, so that ONNX Runtime's GPU providers find them.
+
+    ONNX Runtime's provider libraries have no RUNPATH: ``onnxruntime.preload_dlls()`` loads
+    CUDA and cuDNN from the wheels, and TensorRT's ``libnvinfer`` is loaded here from the
+    ``tensorrt_libs`` package (globally, for the providers that link it). A CPU build of
+    ONNX Runtime loads nothing.
+
+    Returns:
+        The names of the TensorRT libraries loaded.
+    """
+    import onnxruntime
+
+    gpu = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}
+    if not gpu & set(onnxruntime.get_available_providers()):
+        return ()
+    if hasattr(onnxruntime, "preload_dlls"):
+        onnxruntime.preload_dlls()
+    loaded = []
+    for library in tensorrt_libraries():
+        try:
+            ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:  # the provider's own load then says what is missing
+            logger.warning("TensorRT library %s does not load: %s", library.name, e)
+        else:
+            loaded.append(library.name)
+    return tuple(loaded)
+
+
+def tensorrt_libraries() -> list[Path]:
+    """TensorRT's shared libraries in the ``tensorrt_libs`` package, ``libnvinfer`` first."""
+    spec = importlib.util.find_spec("tensorrt_libs")
+    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
+    found = [p for folder in folders for p in Path(folder).glob("libnvinfer*.so*")]
+    return sorted(found, key=lambda p: (not p.name.startswith("libnvinfer.so"), p.name))

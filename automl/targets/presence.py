@@ -172,7 +172,7 @@ def require_present(target: Target, methods: Sequence[str] = ()) -> None:
         cpu = target.kind == "cpu"
         refusal = None if cpu else runtime_refusal(target, _ort_providers(target, methods), methods)
         if refusal:
-            raise TargetUnavailable(refusal)
+            raise TargetUnavailable(refusal + _trt_failure(refusal))
         return
     if gpus:
         seen = "; ".join(device_refusal(target, g) or repr(g) for g in gpus)
@@ -209,39 +209,70 @@ def _ort_providers(target: Target, methods: Sequence[str]) -> list[str]:
     return providers
 
 
+# The probe's graph is written in an IR version every ONNX Runtime we support reads: onnx's
+# default follows onnx (1.23 writes IR 14), which ORT-GPU 1.31 refuses ("max supported 13").
+PROBE_IR_VERSION = 10
 # Run in a child process: a TensorRT session holds a CUDA context on GPU 0 for as long as its
-# process lives, and a provider that cannot load prints to stdout.
+# process lives, and a provider that cannot load prints to stdout. The child loads the GPU
+# libraries of pip's NVIDIA wheels first, as a measuring process does.
 _PROBE = """
 import sys, warnings
-import onnx, onnxruntime as ort
-x, y = (onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 8]) for n in "xy")
-graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
-model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+import onnxruntime as ort
+from automl.pipeline.ort_packages import load_gpu_libraries
+from automl.targets.presence import probe_model
+load_gpu_libraries()
 options = ort.SessionOptions()
 options.log_severity_level = 4
 warnings.simplefilter("ignore")  # "not in available provider names"
-session = ort.InferenceSession(
-    model.SerializeToString(), options, providers=[sys.argv[1]], enable_fallback=0
-)
+session = ort.InferenceSession(probe_model(), options, providers=[sys.argv[1]], enable_fallback=0)
 sys.exit(0 if sys.argv[1] in session.get_providers() else 3)
 """
 
 
-@cache
+def probe_model() -> bytes:
+    """A one-node ONNX graph (Relu over 8 floats), at :data:`PROBE_IR_VERSION`."""
+    import onnx
+
+    x, y = (onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 8]) for n in "xy")
+    node = onnx.helper.make_node("Relu", ["x"], ["y"])
+    graph = onnx.helper.make_graph([node], "probe", [x], [y])
+    model = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=PROBE_IR_VERSION
+    )
+    return model.SerializeToString()
+
+
+def _trt_failure(refusal: str) -> str:
+    """What the TensorRT probe said, for a refusal that names TensorRT, where the build has it."""
+    import onnxruntime
+
+    if TRT not in refusal or TRT not in onnxruntime.get_available_providers():
+        return ""
+    failure = provider_failure(TRT)
+    return f" ({TRT} failed to start with: {failure})" if failure else ""
+
+
 def provider_starts(provider: str) -> bool:
-    """Whether a one-node session starts on ``provider`` (asked once per process).
+    """Whether a one-node session starts on ``provider`` (asked once per process)."""
+    return provider_failure(provider) is None
+
+
+@cache
+def provider_failure(provider: str) -> str | None:
+    """Why a one-node session does not start on ``provider``; None when it does.
 
     A provider missing from the build leaves the session on the CPU, and one whose libraries
-    fail to load raises (fallback off): both say ``False``, and the reason is logged.
+    fail to load raises (fallback off): both give the reason, which is logged as well.
     """
     try:
         done = subprocess.run(
             [sys.executable, "-c", _PROBE, provider], capture_output=True, text=True, timeout=300
         )
     except subprocess.TimeoutExpired:
-        logger.warning("%s: a one-node session did not start within 300 s", provider)
-        return False
-    if done.returncode != 0:
+        why = "a one-node session did not start within 300 s"
+    else:
+        if done.returncode == 0:
+            return None
         why = (done.stderr.strip().splitlines() or ["registered another provider"])[-1]
-        logger.warning("%s does not start here: %s", provider, why)
-    return done.returncode == 0
+    logger.warning("%s does not start here: %s", provider, why)
+    return why

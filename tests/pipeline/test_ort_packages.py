@@ -75,3 +75,21 @@ def test_gpu_library_versions_come_from_their_installed_wheels(tmp_path, monkeyp
     assert versions["cudnn"] == "9.13.0.50"  # the first on sys.path, as for an import
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         assert versions["cuda"] is None  # a CPU build was built for no CUDA
+
+
+def test_tensorrt_libraries_come_from_the_wheel_libnvinfer_first(tmp_path, monkeypatch) -> None:
+    from automl.pipeline.ort_packages import tensorrt_libraries
+
+    package = tmp_path / "tensorrt_libs"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("libnvinfer_plugin.so.10", "libnvinfer.so.10", "libnvonnxparser.so.10"):
+        (package / name).write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert [p.name for p in tensorrt_libraries()] == ["libnvinfer.so.10", "libnvinfer_plugin.so.10"]
+
+
+def test_a_cpu_build_loads_no_gpu_library() -> None:
+    from automl.pipeline.ort_packages import load_gpu_libraries
+
+    assert load_gpu_libraries() == ()
