@@ -69,7 +69,9 @@ def serve(
     from api.security import configured_tokens
     from automl.hosts import is_loopback
     from automl.storage.factory import open_storage
+    from automl.targets import list_targets
     from automl.targets.gpus import list_gpus, worker_environment
+    from automl.targets.presence import serves_any
 
     settings = settings or get_settings()
     if not configured_tokens(settings) and not is_loopback(host):
@@ -81,10 +83,11 @@ def serve(
     app = create_app(settings, storage=open_storage(url, settings))
     context = multiprocessing.get_context("spawn")
     gpus = list_gpus() if workers else []
+    accepts = serves_any(list_targets())  # a GPU that is no target's model measures nothing
     processes = [
         context.Process(
             target=worker_process,
-            args=(url, settings, worker_environment(i, gpus)),
+            args=(url, settings, worker_environment(i, gpus, accepts=accepts)),
             name=f"automl-worker-{i}",
         )
         for i in range(workers)

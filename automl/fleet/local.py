@@ -22,7 +22,9 @@ from automl.service.read import pareto_front
 from automl.service.studies import load, state_counts
 from automl.settings import get_settings
 from automl.storage.factory import open_artifact_store, open_storage
+from automl.targets import load_target
 from automl.targets.gpus import list_gpus, pin_this_process, worker_environment
+from automl.targets.presence import serves_any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -78,7 +80,8 @@ def run_here(
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar tells the story
     # Assigned once, before this process is pinned: pinning changes what it would inherit.
     gpus = list_gpus()
-    environments = [worker_environment(index, gpus) for index in range(jobs)]
+    accepts = serves_any([load_target(s.target) for s in specs])  # the studies' GPUs only
+    environments = [worker_environment(index, gpus, accepts=accepts) for index in range(jobs)]
     pin_this_process(environments[0])  # no trial has run here yet, so CUDA has not read it
     code = 0
     for index, spec in enumerate(specs):

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from automl.targets.nvidia_smi import query_gpus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from automl.targets import Target
 
@@ -86,7 +86,10 @@ def _entries(value: str) -> list[str]:
 
 
 def worker_environment(
-    worker_index: int, gpus: Sequence[Gpu], environ: Mapping[str, str] | None = None
+    worker_index: int,
+    gpus: Sequence[Gpu],
+    environ: Mapping[str, str] | None = None,
+    accepts: Callable[[str], bool] | None = None,
 ) -> dict[str, str]:
     """The environment variables of trial process number ``worker_index``: its GPU.
 
@@ -96,13 +99,19 @@ def worker_environment(
         environ: The environment the processes start from; defaults to this process's. A
             ``CUDA_VISIBLE_DEVICES`` set there is the user's choice of GPUs: its entries are
             shared instead of the host's GPUs (an empty value leaves no GPU to share).
+        accepts: Whether a GPU of that name may measure the studies to run (a target's exact
+            names); the host's other GPUs are left out, so that a mixed host never times a
+            trial on a card that is not its target's.
 
     Returns:
         ``{"CUDA_VISIBLE_DEVICES": entry}`` with entry ``worker_index mod N`` of the GPUs
         shared (a UUID, or the user's entry as written); empty when there is none.
     """
     inherited = (os.environ if environ is None else environ).get(VISIBLE)
-    pool = [g.uuid for g in gpus] if inherited is None else _entries(inherited)
+    if inherited is None:
+        pool = [g.uuid for g in gpus if accepts is None or accepts(g.name)]
+    else:
+        pool = _entries(inherited)
     return {VISIBLE: pool[worker_index % len(pool)]} if pool else {}
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from automl.errors import TargetUnavailable
 from automl.pipeline.backends import TRT, get_backend
+from automl.targets.gpus import VISIBLE, current_gpu, list_gpus
 from automl.targets.nvidia_smi import (
     MIG,
     detect_gpu_names,
@@ -29,7 +30,7 @@ from automl.targets.nvidia_smi import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from automl.pipeline.backends import Backend
     from automl.targets._registry import Target
@@ -57,6 +58,43 @@ def gpu_identity(target: Target) -> dict[str, str] | None:
                 gpus = [g for g in gpus if visible in (g["index"], g["uuid"])]
             return next((g for g in gpus if device_refusal(target, g["name"]) is None), None)
     return None
+
+
+def serves_any(targets: Sequence[Target]) -> Callable[[str], bool] | None:
+    """Whether a GPU of that name can measure one of ``targets`` (their CUDA ones); None when
+    none is a CUDA target (every GPU will do, for none is timed)."""
+    cuda = [t for t in targets if t.kind == "cuda"]
+    if not cuda:
+        return None
+    return lambda name: any(device_refusal(t, name) is None for t in cuda)
+
+
+def require_pinned_gpu(target: Target) -> None:
+    """Refuse to measure ``target`` on a GPU that is not one of its own.
+
+    This process's GPU is the first entry of ``CUDA_VISIBLE_DEVICES``; unset, it is CUDA's
+    first device, which on a host of several GPU models may be any of them.
+
+    Raises:
+        TargetUnavailable: This process would compute on another GPU, naming it and the fix.
+    """
+    if target.kind != "cuda":
+        return
+    gpus = list_gpus()
+    ours = [g for g in gpus if device_refusal(target, g.name) is None]
+    pinned = os.environ.get(VISIBLE)
+    gpu = current_gpu(gpus)
+    mixed = len({_canonical(g.name) for g in gpus}) > 1
+    if gpu is not None and gpu in ours and (pinned is not None or not mixed):
+        return
+    where = f"CUDA_VISIBLE_DEVICES={pinned!r}" if pinned is not None else "CUDA's first device"
+    seen = repr(gpu.name) if gpu is not None else "no GPU of this host's"
+    raise TargetUnavailable(
+        f"this process would measure target {target.name!r} on {where}, {seen}, which is not "
+        f"its GPU ({' or '.join(map(repr, target.device_names))}); pin one that is with "
+        f"CUDA_VISIBLE_DEVICES={ours[0].uuid if ours else '<its UUID>'}"
+        + (" (this host mixes GPU models)" if mixed else "")
+    )
 
 
 def _canonical(gpu_name: str) -> str:

@@ -185,3 +185,48 @@ def test_measurement_lock_is_a_no_op_without_a_gpu(target, visible, monkeypatch,
     with measurement_lock(load_target(target), lock_dir=tmp_path / "locks") as path:
         assert path is None
     assert not (tmp_path / "locks").exists()
+
+
+MIXED = ("0, GPU-pcie, NVIDIA H100 PCIe", "1, GPU-sxm, NVIDIA H100 80GB HBM3")
+
+
+@pytest.fixture
+def mixed_host(monkeypatch, tmp_path):
+    """A host with an H100 PCIe first and an H100 SXM second, as `nvidia-smi` lists them."""
+    lines = "\n".join(MIXED)
+    _fake_nvidia_smi(
+        monkeypatch, tmp_path,
+        'if [ "$1" = --query-gpu=index,uuid,name ] && [ "$2" = --format=csv,noheader ]; then\n'
+        f"  printf '%s\\n' '{lines}'\nelse\n  echo 'Invalid combination' >&2; exit 2\nfi",
+    )  # fmt: skip
+    monkeypatch.delenv(VISIBLE, raising=False)
+
+
+def test_workers_are_pinned_only_to_gpus_of_their_targets_model(mixed_host):
+    from automl.targets.presence import serves_any
+
+    accepts = serves_any([load_target("h100")])
+    pins = {worker_environment(i, list_gpus(), accepts=accepts)[VISIBLE] for i in range(3)}
+    assert pins == {"GPU-sxm"}  # never the PCIe card, which is not the h100 target's
+    assert serves_any([load_target("cpu")]) is None  # no GPU is timed: any will do
+
+
+@pytest.mark.parametrize(
+    ("visible", "refused"),
+    [("GPU-pcie", "on CUDA_VISIBLE_DEVICES='GPU-pcie', 'NVIDIA H100 PCIe'"),
+     (None, "on CUDA's first device"), ("GPU-sxm", None)],
+)  # fmt: skip
+def test_a_trial_is_refused_on_a_gpu_that_is_not_its_targets(
+    mixed_host, monkeypatch, visible, refused
+):
+    from automl.errors import TargetUnavailable
+    from automl.targets.presence import require_pinned_gpu
+
+    if visible is not None:
+        monkeypatch.setenv(VISIBLE, visible)
+    if refused is None:
+        require_pinned_gpu(load_target("h100"))
+        return
+    with pytest.raises(TargetUnavailable, match="CUDA_VISIBLE_DEVICES=GPU-sxm") as excinfo:
+        require_pinned_gpu(load_target("h100"))
+    assert refused in str(excinfo.value) and "mixes GPU models" in str(excinfo.value)
