@@ -6,8 +6,12 @@ run: on a CUDA target an int8 dynamic graph registers the CUDA provider and stil
 no kernels for them. Sessions from :func:`automl.pipeline._ort.make_session` record each node's
 provider (``session.record_ep_graph_assignment_info``); this module reads that record
 (``get_provider_graph_assignment_info()``), counts nodes per provider, and fails a trial whose
-compute nodes run anywhere but on the target's first provider. Data movement and shape nodes
-(Memcpy, Cast, Reshape, ...) may run elsewhere: ONNX Runtime places some on the CPU on purpose.
+compute nodes run anywhere but on the target's first provider: a layer's arithmetic, and the
+pooling, normalisation, softmax and activation between layers, whose place on the CPU would put
+two copies between host and device around them. Data movement, shape and index nodes (Memcpy,
+Cast, Reshape, Gather, elementwise arithmetic on shapes, ...) may run elsewhere: ONNX Runtime
+places some on the CPU on purpose. Memcpy nodes are counted, not judged: the record names no
+node's inputs, so one at the graph's edge cannot be told from one inside it.
 """
 
 from __future__ import annotations
@@ -36,17 +40,34 @@ class NodePlacement:
     name: str
 
 
+# Operators between layers that compute on a whole activation: on the CPU, each would cost a
+# copy to the host and one back.
+_BETWEEN_LAYERS = frozenset(
+    {
+        "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
+        "BatchNormalization", "LayerNormalization", "SkipLayerNormalization",
+        "SimplifiedLayerNormalization", "InstanceNormalization", "GroupNormalization",
+        "Softmax", "LogSoftmax", "Relu", "LeakyRelu", "Gelu", "FastGelu", "BiasGelu", "Sigmoid",
+        "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Attention",
+        "MultiHeadAttention",
+    }
+)  # fmt: skip
+
+
 def is_compute(op_type: str) -> bool:
-    """Whether an operator does a layer's arithmetic, and so must run on the target's provider.
+    """Whether an operator computes on activations, and so must run on the target's provider.
 
     Covers Conv, Gemm and MatMul in all their forms: fused (``FusedConv``, ``FusedMatMul``),
     quantized (``QLinearConv``, ``QLinearMatMul``, ``ConvInteger``, ``MatMulInteger``,
-    ``DynamicQuantizeMatMul``, ``QGemm``) and weight-only (``MatMulNBits``).
+    ``DynamicQuantizeMatMul``, ``QGemm``) and weight-only (``MatMulNBits``); and the pooling,
+    normalisation, softmax, activation and attention operators between layers, quantized
+    (``QLinearAveragePool``, ...) or not.
     """
     return (
         any(core in op_type for core in ("Conv", "Gemm", "MatMul"))
         or op_type.endswith("Integer")
         or op_type.startswith("QLinear")
+        or op_type in _BETWEEN_LAYERS
     )
 
 

@@ -36,6 +36,8 @@ CPU = "CPUExecutionProvider"
     [
         *("Conv", "Gemm", "MatMul", "FusedConv", "FusedMatMul", "ConvInteger", "MatMulInteger"),
         *("QLinearConv", "QLinearMatMul", "QGemm", "MatMulNBits", "DynamicQuantizeMatMul"),
+        *("MaxPool", "GlobalAveragePool", "QLinearAveragePool", "BatchNormalization"),
+        *("LayerNormalization", "Softmax", "Relu", "Gelu", "Attention"),
     ],
 )
 def test_compute_operators(op_type: str) -> None:
@@ -43,7 +45,7 @@ def test_compute_operators(op_type: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "op_type", ["Relu", "Add", "Cast", "MemcpyToHost", "QuantizeLinear", "Flatten", "Reshape"]
+    "op_type", ["Add", "Cast", "MemcpyToHost", "QuantizeLinear", "Flatten", "Reshape", "Gather"]
 )
 def test_other_operators_may_run_anywhere(op_type: str) -> None:
     assert not is_compute(op_type)
@@ -70,10 +72,22 @@ def test_compute_on_another_provider_fails_the_trial_naming_the_nodes(
         check_placement(placements, "CUDAExecutionProvider")
 
     message = str(info.value)
-    assert "3 compute node(s) do not run on CUDAExecutionProvider" in message
+    assert "compute node(s) do not run on CUDAExecutionProvider" in message
     for conv in ("/features/features.0/Conv_quant", "/features/features.3/Conv_quant"):
         assert f"ConvInteger '{conv}' on CPUExecutionProvider" in message
     assert "MatMulInteger '/classifier/Gemm_MatMul_quant' on CPUExecutionProvider" in message
+
+
+def test_pooling_or_softmax_off_the_device_fails_as_compute_does() -> None:
+    placements = [
+        NodePlacement("CUDAExecutionProvider", "Conv", "conv"),
+        NodePlacement(CPU, "MaxPool", "pool"),  # copied to the host and back around it
+        NodePlacement(CPU, "Shape", "shape"),  # ONNX Runtime's choice for shape arithmetic
+        NodePlacement("CUDAExecutionProvider", "Gemm", "fc"),
+        NodePlacement(CPU, "Softmax", "softmax"),
+    ]
+    with pytest.raises(TrialFailed, match=r"2 compute node\(s\) .*MaxPool 'pool'.*Softmax"):
+        check_placement(placements, "CUDAExecutionProvider")
 
 
 def test_a_long_list_of_stray_nodes_is_cut() -> None:
