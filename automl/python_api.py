@@ -159,7 +159,7 @@ def optimize(
     if ended in _FINISHED and remeasure:
         from automl.trials.remeasure import remeasure_front
 
-        remeasure_front(study_spec.name, store, artifact_store)
+        remeasure_front(study_spec.name, store, artifact_store, settings=settings)
     _say_how_it_ended(study_spec.name, ended)
     study, stored = studies.load(study_spec.name, store)
     return StudyResult(study, stored, store, artifact_store, ended)

@@ -38,7 +38,7 @@ from automl.service.studies import (
 from automl.storage.factory import cached
 from automl.storage.reaper import reap_stale_trials
 from automl.trials.objective import StudyObjective
-from automl.trials.stage_cache import StageCache
+from automl.trials.stage_cache import stage_cache
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -328,10 +328,3 @@ def _stop_reason(study, spec, stop, ran, max_trials) -> str | None:
         reap_stale_trials(study)
         return WAITING_ON_OTHERS
     return None
-
-
-def stage_cache(settings: Settings) -> StageCache | None:
-    """The trial-stage cache under the artifact store, or None when disabled."""
-    if not settings.cache_enabled:
-        return None
-    return StageCache(settings.artifacts_dir / "cache", settings.cache_max_mb * 1024 * 1024)

@@ -251,6 +251,7 @@ def ort_run_timer(
     method: str,
     warmup_runs: int = 10,
     optimization: str = "all",
+    cache_dir: Path | None = None,
 ) -> tuple[Callable[[], float], dict[str, Any]]:
     """A warmed-up ONNX Runtime session on the target, as a function that times one run.
 
@@ -265,6 +266,8 @@ def ort_run_timer(
         method: The graph's quantization method; it picks the target's backend.
         warmup_runs: Untimed runs first.
         optimization: ONNX Runtime's graph optimisation level.
+        cache_dir: Where TensorRT keeps its engines: the trial's, so that the engine timed is
+            the one the trial built.
 
     Returns:
         ``run_once`` (milliseconds per batch) and the environment fingerprint.
@@ -275,7 +278,7 @@ def ort_run_timer(
             Runtime refused the graph on it.
         SpecError: ``batch_size``, ``inputs`` or ``method`` are unusable.
     """
-    timer = open_runner(model, target, inputs, batch_size, method, None, optimization)
+    timer = open_runner(model, target, inputs, batch_size, method, cache_dir, optimization)
     _warm_up(timer.run_once, warmup_runs)
     return timer.run_once, timer.env
 

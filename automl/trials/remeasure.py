@@ -19,7 +19,11 @@ from automl.pipeline.latency_decision import (
 from automl.records import ARTIFACT_ID
 from automl.service.read import pareto_front
 from automl.service.studies import load
+from automl.settings import get_settings
 from automl.targets import load_target
+from automl.targets.gpus import measurement_lock
+from automl.trials.stage_cache import stage_cache
+from automl.trials.trial import engine_folder
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
     from automl.pipeline.latency_decision import Budget
+    from automl.settings import Settings
 
 REMEASURED_ATTR = "remeasured_front"
 _MIN_RUNS = 200
@@ -42,6 +47,7 @@ def remeasure_front(
     *,
     budgets: Sequence[Budget] | None = None,
     max_seconds: float = 5.0,
+    settings: Settings | None = None,
 ) -> dict[int, dict]:
     """Measure every front trial's model again, one after the other, until its budgets are decided.
 
@@ -58,6 +64,8 @@ def remeasure_front(
         budgets: Budgets to decide; None for the study's constraints. Those on other metrics
             than latency are left out.
         max_seconds: Cap on each model's timed runs.
+        settings: Whose stage cache holds the trials' TensorRT engines; the environment's by
+            default.
 
     Returns:
         By trial number: the latency statistics of the new runs (``p50_ms``… ``runs``), the
@@ -73,6 +81,7 @@ def remeasure_front(
     study, spec = load(name, storage)
     target = load_target(spec.target)
     data = cached_dataset(**spec.data_args)
+    cache = stage_cache(settings or get_settings())  # where the trials' engines are
     kept = [
         b for b in (spec.constraints if budgets is None else budgets) if b.metric in LATENCY_METRICS
     ]
@@ -87,12 +96,19 @@ def remeasure_front(
             batch = attrs["candidate"]["batch_size"]
             method = attrs.get("latency", {}).get("method", "fp32")
             level = attrs["candidate"].get("graph_optimization", "all")
-            run_once, env = ort_run_timer(
-                path, target, data.x_test, batch, method=method, optimization=level
-            )
-            samples, stop = sample_until_decided(
-                run_once, batch, kept, min_runs=_MIN_RUNS, rel_ci=_REL_CI, max_seconds=max_seconds
-            )
+            # Alone on a shared GPU, and on the TensorRT engine the trial built (its cache's).
+            with (
+                measurement_lock(target),
+                engine_folder(path, batch, target, method, cache) as engines,
+            ):
+                run_once, env = ort_run_timer(
+                    path, target, data.x_test, batch, method=method, optimization=level,
+                    cache_dir=engines,
+                )  # fmt: skip
+                samples, stop = sample_until_decided(
+                    run_once, batch, kept, min_runs=_MIN_RUNS, rel_ci=_REL_CI,
+                    max_seconds=max_seconds,
+                )  # fmt: skip
             results[record["number"]] = {
                 **_record(samples, batch, kept),
                 "stop": stop,

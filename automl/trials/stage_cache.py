@@ -21,6 +21,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from automl.settings import Settings
 
 logger = logging.getLogger("automl.trials.stage_cache")
 _TMP = ".tmp-"
@@ -154,3 +158,10 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def stage_cache(settings: Settings) -> StageCache | None:
+    """The trial-stage cache under the artifact store, or None when disabled."""
+    if not settings.cache_enabled:
+        return None
+    return StageCache(settings.artifacts_dir / "cache", settings.cache_max_mb * 1024 * 1024)

@@ -104,7 +104,7 @@ def run_trial(
     )
     timings = dict.fromkeys(STAGES, 0.0)
     quantized, onnx_diff, built = stages.quantized(timings)
-    engines = _engine_folder(quantized.path, candidate.batch_size, target, quantized.method, cache)
+    engines = engine_folder(quantized.path, candidate.batch_size, target, quantized.method, cache)
     with engines as engine_dir:
         (evaluation, test_evaluation), latency = evaluate_and_measure(
             quantized.path, target, data, candidate.batch_size, timings=timings,
@@ -241,7 +241,7 @@ def _torch_device(target: Target) -> str:
     return "cpu"
 
 
-def _engine_folder(
+def engine_folder(
     model_path: Path, batch_size: int, target: Target, method: str, cache: StageCache | None
 ) -> AbstractContextManager[Path | None]:
     """TensorRT's engine folder for this graph from the stage cache (see

@@ -73,3 +73,31 @@ def test_the_cap_leaves_a_p99_budget_within_noise_and_says_why(study: dict) -> N
         assert (record["stop"], record["runs"]) == ("cap", 1)
         assert decision["verdict"] == "within-noise" and decision["high"] is None
         assert "needs at least 563 runs, got 1" in decision["reason"]
+
+
+def test_each_model_is_timed_alone_on_the_engine_its_trial_built(study: dict, monkeypatch) -> None:
+    import contextlib
+
+    import automl.trials.remeasure as remeasure
+
+    calls = []
+
+    @contextlib.contextmanager
+    def lock(target):
+        calls.append(("lock", target.name))
+        yield
+
+    @contextlib.contextmanager
+    def engines(path, batch, target, method, cache):
+        calls.append(("engines", batch, method, cache is not None and cache.root))
+        yield None
+
+    monkeypatch.setattr(remeasure, "measurement_lock", lock)
+    monkeypatch.setattr(remeasure, "engine_folder", engines)
+    results = remeasure_front(NAME, study["storage"], study["store"], settings=study["settings"])
+    front = pareto_front(NAME, study["storage"])
+    assert len(results) == len(front) and calls.count(("lock", "cpu")) == len(front)
+    expected = [("engines", r["user_attrs"]["candidate"]["batch_size"],
+                 r["user_attrs"]["latency"]["method"], study["settings"].artifacts_dir / "cache")
+                for r in front]  # fmt: skip
+    assert [c for c in calls if c[0] == "engines"] == expected

@@ -12,7 +12,7 @@ from automl.pipeline.latency import LatencyBudget
 from automl.search.spec import Constraint, parse_spec
 from automl.targets import load_target
 from automl.trials.stage_cache import StageCache
-from automl.trials.trial import _engine_folder, latency_budgets, run_trial
+from automl.trials.trial import engine_folder, latency_budgets, run_trial
 
 
 def _constraints(*texts: str) -> list[Constraint]:
@@ -114,7 +114,7 @@ def test_tensorrt_engines_are_kept_per_graph_batch_and_tensorrt_version(
     a100 = load_target("a100")
 
     def folder(batch: int, method: str = "int8-trt", target=a100):
-        with _engine_folder(graph, batch, target, method, cache) as engines:
+        with engine_folder(graph, batch, target, method, cache) as engines:
             if engines is not None:
                 (engines / "model.engine").write_bytes(b"engine")
         return sorted(p.name for p in cache.root.iterdir())
