@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from automl.errors import SpecError
+from automl.pipeline.gpu_warmup import gpu_state, warm_up_by_time
 from automl.pipeline.latency_decision import quantile_interval
 from automl.pipeline.timers import open_runner
 
@@ -222,12 +223,19 @@ def measure_latency(
     if not 1 <= min_runs <= max_runs:
         raise SpecError(f"need 1 <= min_runs <= max_runs; got {min_runs}, {max_runs}")
     timer = open_runner(model, target, inputs, batch_size, method, cache_dir, optimization)
-    _warm_up(timer.run_once, warmup_runs)
+    env = dict(timer.env)
+    on_device = timer.end_to_end is not None
+    if on_device:  # by time, as clocks ramp up (see automl.pipeline.gpu_warmup)
+        env["gpu_state"] = {"before": gpu_state()}
+        env["warmup"] = warm_up_by_time(timer.run_once)
+    else:
+        _warm_up(timer.run_once, warmup_runs)
     limits = _Limits(min_runs, max_runs, min_seconds, max_seconds, rel_ci, tuple(budgets))
     samples, stop = _timed_runs(timer.run_once, batch_size, limits)
     stats = latency_stats(samples, batch_size)
     end_to_end = stats.p50_ms
-    if timer.end_to_end is not None:
+    if on_device:
+        env["gpu_state"]["after"] = gpu_state()
         end_to_end = float(np.median([timer.end_to_end() for _ in range(_END_TO_END_RUNS)]))
     return Latency(
         **asdict(stats),
@@ -238,7 +246,7 @@ def measure_latency(
         backend=timer.env["backend"],
         timing=timer.env["timing"],
         end_to_end_p50_ms=end_to_end,
-        env=timer.env,
+        env=env,
     )
 
 
