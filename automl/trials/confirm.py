@@ -5,18 +5,27 @@ a p99 of 50 runs rests on its slowest run or two. So before a latency constraint
 infeasible, its model is timed again until the 95% interval of the constrained statistic lies
 on one side of the bound, or a cap (see :func:`automl.pipeline.latency_decision.sample_until_decided`).
 The constraint is then judged on the new runs' estimate; both measurements are recorded.
+
+Each run of the model is interleaved with a run of a reference, a one-node graph on the CPU
+whose time is the host's own overhead: its tail during the re-measure (``host_tail``, its p99
+over its p50) says how loaded the host was while the model was timed again.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from automl.pipeline._ort import make_session
 from automl.pipeline.latency import ort_run_timer
 from automl.pipeline.latency_decision import LATENCY_METRICS, decide_all, sample_until_decided
+from automl.pipeline.timers import host_timer
 from automl.targets.gpus import measurement_lock
+from automl.targets.presence import probe_model
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from automl.candidate import Candidate
@@ -52,25 +61,41 @@ def confirm_latency(
     Returns:
         None when no latency constraint is broken; else ``decisions`` (one per broken
         constraint: verdict, the new estimate and its 95% interval, runs, reason), ``runs``,
-        ``stop`` (``decided`` or ``cap``) and ``judged``: the metric values the constraints are
-        to be judged on (the new estimates).
+        ``stop`` (``decided`` or ``cap``), ``judged``: the metric values the constraints are
+        to be judged on (the new estimates), and ``reference``: the reference's p50, p99 and
+        ``host_tail`` during the re-measure.
     """
     broken = [c for c in constraints if c.metric in LATENCY_METRICS and c.violation(metrics) > 0]
     if not broken:
         return None
     batch = candidate.batch_size
+    reference, reference_times = _reference(model_path.parent / "reference.onnx"), []
+
+    def interleaved() -> float:
+        reference_times.append(reference())
+        return run_once()
+
     with measurement_lock(target):
         run_once, _ = ort_run_timer(
             model_path, target, data.x_test, batch, method=method,
             optimization=candidate.graph_optimization,
         )  # fmt: skip
         samples, stop = sample_until_decided(
-            run_once, batch, broken, min_runs=_MIN_RUNS, max_seconds=_MAX_SECONDS
+            interleaved, batch, broken, min_runs=_MIN_RUNS, max_seconds=_MAX_SECONDS
         )
     decisions = decide_all(samples, batch, broken)
+    p50, p99 = np.percentile(reference_times, [50, 99])
     return {
         "decisions": [d.as_dict() for d in decisions],
         "runs": len(samples),
         "stop": stop,
         "judged": {d.metric: d.value for d in decisions},
+        "reference": {"p50_ms": float(p50), "p99_ms": float(p99), "host_tail": float(p99 / p50)},
     }
+
+
+def _reference(path: Path) -> Callable[[], float]:
+    """A timer of the reference: a one-node graph on the CPU, one thread."""
+    path.write_bytes(probe_model())
+    session = make_session(path, ["CPUExecutionProvider"], 1)
+    return host_timer(session, np.ones((1, 8), np.float32))

@@ -30,8 +30,11 @@ def test_a_noisy_p99_does_not_make_a_fast_model_infeasible(tmp_path, monkeypatch
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     for trial in trials:
         assert trial.user_attrs["latency_p99_ms"] == 8.0  # the first measurement, recorded
-        (decision,) = trial.user_attrs["latency_confirmed"]["decisions"]
+        confirmed = trial.user_attrs["latency_confirmed"]
+        (decision,) = confirmed["decisions"]
         assert decision["verdict"] == "meets" and decision["high"] <= 5
+        reference = confirmed["reference"]  # timed between the model's runs
+        assert 0 < reference["p50_ms"] <= reference["p99_ms"] and reference["host_tail"] >= 1
         assert trial.user_attrs["feasible"] and all(c <= 0 for c in trial.constraints.values())
 
 
