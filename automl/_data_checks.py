@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import zipfile
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from automl.errors import DataError
 
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
 REQUIRED_KEYS = ("x_train", "y_train", "x_test", "y_test")
+# Every array a dataset may hold; an .npz's other members are never read.
+DATASET_KEYS = (*REQUIRED_KEYS, "x_val", "y_val", "class_names", "vocab_size")
 # The key that marks token ids, and the largest vocabulary an embedding table is built for.
 VOCAB_KEY = "vocab_size"
 _MAX_VOCAB = 1_000_000
@@ -43,15 +49,22 @@ def validate(arrays: dict[str, np.ndarray], source: str) -> None:
         _check_label_values(y, f"y_{split}", source)
 
 
-def check_headers(archive: zipfile.ZipFile, source: str) -> None:
-    """Check the shapes an ``.npz`` declares against the size limits, reading only each
-    member's header: a small compressed file may hold arrays of gigabytes.
+def check_headers(archive: zipfile.ZipFile, source: str, keys: Collection[str]) -> None:
+    """Check the arrays ``keys`` of an ``.npz`` against the size limits, reading only each
+    member's header: a small compressed file may hold arrays of gigabytes. The other members
+    are never read.
 
     Raises:
-        DataError: An array is larger than the settings allow, or holds Python objects.
+        DataError: An array is larger than the settings allow, all of them together take more
+            than ``AUTOML_DATA_MAX_MB``, or one holds Python objects.
     """
+    from automl.settings import get_settings
+
+    total = 0
     for info in archive.infolist():
         key = info.filename.removesuffix(".npy")
+        if key not in keys:
+            continue
         with archive.open(info) as member:
             try:
                 version = np.lib.format.read_magic(member)
@@ -67,6 +80,13 @@ def check_headers(archive: zipfile.ZipFile, source: str) -> None:
             raise DataError(f"{key} of {source!r} holds Python objects; save numbers")
         if key.startswith(("x_", "y_")) and shape:
             _check_size(shape[0], int(np.prod(shape[1:])), key, source)
+        total += int(np.prod(shape)) * dtype.itemsize
+    most = get_settings().data_max_mb
+    if total > most * 1e6:
+        raise DataError(
+            f"the arrays of {source!r} take {total / 1e6:.0f} MB once decompressed; at most "
+            f"{most:g} MB are allowed (AUTOML_DATA_MAX_MB)"
+        )
 
 
 def _check_size(samples: int, features: int, key: str, source: str) -> None:

@@ -28,6 +28,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from automl._data_checks import (
+    DATASET_KEYS,
     REQUIRED_KEYS,
     VOCAB_KEY,
     check_classes,
@@ -181,9 +182,9 @@ def _npz(path: Path, name: str) -> dict[str, np.ndarray]:
         raise DataError(f"dataset file {name!r} does not exist")
     try:
         with zipfile.ZipFile(resolved) as archive:
-            check_headers(archive, name)  # before any array is decompressed
+            check_headers(archive, name, DATASET_KEYS)  # before any array is decompressed
         with np.load(resolved, allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files}
+            return {key: npz[key] for key in npz.files if key in DATASET_KEYS}
     except DataError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile) as e:

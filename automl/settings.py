@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     data_max_samples: int = Field(default=5_000_000, ge=1)
     data_max_features: int = Field(default=1_000_000, ge=1)
     data_max_classes: int = Field(default=100_000, ge=2)
+    # The most memory a dataset file's arrays may take once decompressed, all of them together.
+    data_max_mb: float = Field(default=2048, gt=0)
     # The range a search space may give each numeric knob: a space beyond it is refused at load
     # (a kernel of 10**12 would fail every trial instead).
     knob_bounds: dict[str, tuple[float, float]] = Field(

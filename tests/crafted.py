@@ -14,14 +14,14 @@ _SMALL = {
 }
 
 
-def crafted_npz(path, rows: int = 6_000_000, cols: int = 50) -> None:
-    """An .npz of 1.2 MB whose x_train decompresses to rows x cols float32 (1.2 GB), written
-    without ever holding the array."""
+def crafted_npz(path, rows: int = 6_000_000, cols: int = 50, key: str = "x_train") -> None:
+    """An .npz of about 1 MB whose array ``key`` decompresses to rows x cols float32 (1.2 GB by
+    default), written without ever holding the array."""
     header = io.BytesIO()
     fields = {"descr": "<f4", "fortran_order": False, "shape": (rows, cols)}
     np.lib.format.write_array_header_1_0(header, fields)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        with archive.open("x_train.npy", "w", force_zip64=True) as member:
+        with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
             member.write(header.getvalue())
             zeros = bytes(4 * cols * 100_000)
             for _ in range(rows // 100_000):
