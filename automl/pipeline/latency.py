@@ -5,8 +5,9 @@ is within ``rel_ci`` of the median, or a cap on runs or seconds is reached. The 
 checked every ``_CHUNK_RUNS`` runs once ``min_runs`` are in, and before that after every run
 once the runs have taken ``min_seconds`` (at least ``_FEWEST_RUNS`` of them): a slow model then
 stops as soon as its runs agree, instead of taking ``min_runs`` of them. Warm-up stops after ``warmup_runs``
-runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs. Inputs are real
-test samples at the candidate's batch size.
+runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs; on a GPU it goes
+by time instead (see :mod:`automl.pipeline.gpu_warmup`). Inputs are real test samples at the
+candidate's batch size.
 
 ONNX Runtime runs the graph on the backend of its method (see :mod:`automl.pipeline.backends`)
 with the target's pinned intra-op threads, and nowhere else: a CUDA target whose ONNX Runtime
@@ -80,6 +81,8 @@ class Latency(LatencyStats):
         end_to_end_p50_ms: Median of runs with the copies to the device and back: the p50
             itself where the timing is ``"host"``.
         env: Environment fingerprint (see :func:`automl.pipeline.timers.env_fingerprint`).
+        device: On a GPU, its ``warmup`` and its ``gpu_state`` (clocks, power state,
+            temperature) ``before`` and ``after`` the timed runs; empty on the CPU.
     """
 
     converged: bool
@@ -90,6 +93,7 @@ class Latency(LatencyStats):
     timing: str
     end_to_end_p50_ms: float
     env: dict[str, Any] = field(hash=False)
+    device: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able values, e.g. for Optuna user attrs."""
@@ -223,11 +227,11 @@ def measure_latency(
     if not 1 <= min_runs <= max_runs:
         raise SpecError(f"need 1 <= min_runs <= max_runs; got {min_runs}, {max_runs}")
     timer = open_runner(model, target, inputs, batch_size, method, cache_dir, optimization)
-    env = dict(timer.env)
+    device: dict[str, Any] = {}
     on_device = timer.end_to_end is not None
     if on_device:  # by time, as clocks ramp up (see automl.pipeline.gpu_warmup)
-        env["gpu_state"] = {"before": gpu_state()}
-        env["warmup"] = warm_up_by_time(timer.run_once)
+        device["warmup"] = warm_up_by_time(timer.run_once)
+        device["gpu_state"] = {"before": gpu_state()}  # as the timed runs start
     else:
         _warm_up(timer.run_once, warmup_runs)
     limits = _Limits(min_runs, max_runs, min_seconds, max_seconds, rel_ci, tuple(budgets))
@@ -235,7 +239,7 @@ def measure_latency(
     stats = latency_stats(samples, batch_size)
     end_to_end = stats.p50_ms
     if on_device:
-        env["gpu_state"]["after"] = gpu_state()
+        device["gpu_state"]["after"] = gpu_state()
         end_to_end = float(np.median([timer.end_to_end() for _ in range(_END_TO_END_RUNS)]))
     return Latency(
         **asdict(stats),
@@ -246,7 +250,8 @@ def measure_latency(
         backend=timer.env["backend"],
         timing=timer.env["timing"],
         end_to_end_p50_ms=end_to_end,
-        env=env,
+        env=timer.env,
+        device=device,
     )
 
 
@@ -287,7 +292,10 @@ def ort_run_timer(
         SpecError: ``batch_size``, ``inputs`` or ``method`` are unusable.
     """
     timer = open_runner(model, target, inputs, batch_size, method, cache_dir, optimization)
-    _warm_up(timer.run_once, warmup_runs)
+    if timer.end_to_end is not None:  # a GPU: by time, as clocks ramp up
+        warm_up_by_time(timer.run_once)
+    else:
+        _warm_up(timer.run_once, warmup_runs)
     return timer.run_once, timer.env
 
 

@@ -85,9 +85,16 @@ def require_pinned_gpu(target: Target) -> None:
     pinned = os.environ.get(VISIBLE)
     gpu = current_gpu(gpus)
     mixed = len({_canonical(g.name) for g in gpus}) > 1
-    if gpu is not None and gpu in ours and (pinned is not None or not mixed):
+    # CUDA numbers GPUs fastest first unless told PCI order: on a mixed host an index is
+    # nvidia-smi's only then; a UUID is unambiguous.
+    by_index = pinned is not None and not pinned.strip().startswith("GPU-")
+    unordered = by_index and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID"
+    clear = pinned is not None or not mixed
+    if gpu is not None and gpu in ours and clear and not (mixed and unordered):
         return
     where = f"CUDA_VISIBLE_DEVICES={pinned!r}" if pinned is not None else "CUDA's first device"
+    if gpu is not None and gpu in ours and mixed and unordered:
+        where += " (an index, which CUDA counts fastest first here: name the GPU by its UUID)"
     seen = repr(gpu.name) if gpu is not None else "no GPU of this host's"
     raise TargetUnavailable(
         f"this process would measure target {target.name!r} on {where}, {seen}, which is not "

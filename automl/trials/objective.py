@@ -21,6 +21,7 @@ from automl.search.compat import check_compatible, space_methods
 from automl.search.space import load_space
 from automl.storage.capabilities import count_taken, set_trial_attrs
 from automl.targets import load_target, require_present
+from automl.targets.presence import require_pinned_gpu
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -80,7 +81,8 @@ class StudyObjective:
                 the data, or the trained model cannot be loaded and exported.
             DataError: The dataset cannot be loaded.
             TargetUnavailable: This machine cannot measure a method of the space on the
-                target (e.g. int8-trt without TensorRT): the message names the install.
+                target (e.g. int8-trt without TensorRT): the message names the install. Or
+                this process's GPU is not the target's (a host of several GPU models).
         """
         space, target = self._space_and_target
         self._check_confined()
@@ -92,6 +94,7 @@ class StudyObjective:
             raise DataError(f"dataset {self.spec.dataset_shown!r}: {type(e).__name__}: {e}") from e
         check_compatible(space, data, target)  # family vs data, methods vs target
         require_present(target, sorted(space_methods(space)))  # and their runtimes here
+        require_pinned_gpu(target)  # and this process's GPU is one of the target's
         _ = self._trained
 
     def _check_confined(self) -> None:
@@ -176,8 +179,8 @@ class StudyObjective:
                 mimetype="application/octet-stream",
             )
             confirmed = confirm_latency(
-                outcome.artifact, target, data, candidate, outcome.latency["method"],
-                self.spec.constraints, outcome.metrics,
+                outcome.artifact, target, data, candidate, outcome.latency,
+                self.spec.constraints, outcome.metrics, self.cache,
             )  # fmt: skip
         attrs = {
             **outcome.metrics,
@@ -198,7 +201,7 @@ class StudyObjective:
         judged = outcome.metrics
         if confirmed is not None:  # a latency constraint broken at first: judged on more runs
             attrs["latency_confirmed"] = confirmed
-            judged = {**judged, **confirmed["judged"]}
+            judged = {**judged, **confirmed.get("judged", {})}
         violations = [c.violation(judged) for c in self.spec.constraints]
         attrs["feasible"] = all(v <= 0 for v in violations)
         _set_attrs(trial, attrs, constraint_attrs(violations))

@@ -18,7 +18,7 @@ from automl.pipeline.ort_packages import gpu_runtime_versions
 from automl.pipeline.timers import backend_session
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
-from automl.targets.presence import gpu_identity, require_pinned_gpu
+from automl.targets.presence import gpu_identity
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
 from automl.trials.stage_cache import content_key
 from automl.trials.stages import CachedStages, timed
@@ -98,7 +98,6 @@ def run_trial(
         TrialFailed: A stage could not produce a valid candidate.
     """
     require_present(target, [candidate.quant_method.name])
-    require_pinned_gpu(target)
     stages = CachedStages(
         candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained
     )

@@ -230,3 +230,15 @@ def test_a_trial_is_refused_on_a_gpu_that_is_not_its_targets(
     with pytest.raises(TargetUnavailable, match="CUDA_VISIBLE_DEVICES=GPU-sxm") as excinfo:
         require_pinned_gpu(load_target("h100"))
     assert refused in str(excinfo.value) and "mixes GPU models" in str(excinfo.value)
+
+
+def test_an_index_on_a_mixed_host_is_refused_unless_in_pci_order(mixed_host, monkeypatch):
+    from automl.errors import TargetUnavailable
+    from automl.targets.presence import require_pinned_gpu
+
+    monkeypatch.setenv(VISIBLE, "1")  # the SXM card in nvidia-smi's order, maybe not CUDA's
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    with pytest.raises(TargetUnavailable, match="name the GPU by its UUID"):
+        require_pinned_gpu(load_target("h100"))
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    require_pinned_gpu(load_target("h100"))
