@@ -82,6 +82,10 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
     assert f"the model of trial {best['number']} of study 'e2e' (artifact " in said
     assert f"is not in '{tmp_path / 'elsewhere'}'" in said and "AUTOML_ARTIFACTS_DIR" in said
     assert not (tmp_path / "elsewhere").exists()
+    out = cli("study", "export", "e2e", "--best", "accuracy", "--budget", "latency_p99_ms <= 5",
+              "-o", "y.onnx", check=False)  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "AUTOML_ARTIFACTS_DIR" in out.stderr and not (tmp_path / "elsewhere").exists()
 
 
 def test_reads_in_an_empty_folder_create_nothing(cli):

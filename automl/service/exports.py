@@ -41,6 +41,18 @@ class ModelMissing(TrialNotFound):
     """A trial's model file is not in the artifact store (another folder, or removed)."""
 
 
+def missing_model(
+    name: str, number: int, artifact_id: str, artifact_store: FileSystemArtifactStore
+) -> str:
+    """What to say of a trial's model that is not in ``artifact_store``, and the fix."""
+    folder = getattr(artifact_store, "_base_path", "the artifact store")
+    return (
+        f"the model of trial {number} of study {name!r} (artifact {artifact_id}) is not in "
+        f"{str(folder)!r}: the study wrote it to another folder, or it was removed. Set "
+        "AUTOML_ARTIFACTS_DIR to the folder the study ran with"
+    )
+
+
 def export_model(
     name: str,
     storage: BaseStorage,
@@ -90,12 +102,7 @@ def export_model(
             artifact_store=artifact_store, file_path=str(out), artifact_id=artifact_id
         )
     except ArtifactNotFound:
-        folder = getattr(artifact_store, "_base_path", "the artifact store")
-        raise ModelMissing(
-            f"the model of trial {number} of study {name!r} (artifact {artifact_id}) is not in "
-            f"{str(folder)!r}: the study wrote it to another folder, or it was removed. Set "
-            "AUTOML_ARTIFACTS_DIR to the folder the study ran with"
-        ) from None
+        raise ModelMissing(missing_model(name, number, artifact_id, artifact_store)) from None
     model = onnx.load(str(out))
     sidecar = {
         "study": name,

@@ -17,6 +17,7 @@ from automl.pipeline.latency_decision import (
     sample_until_decided,
 )
 from automl.records import ARTIFACT_ID
+from automl.service.exports import ModelMissing, missing_model
 from automl.service.read import pareto_front
 from automl.service.studies import load
 from automl.settings import get_settings
@@ -77,11 +78,13 @@ def remeasure_front(
         TargetUnavailable: This machine does not have the study's target.
     """
     from optuna.artifacts import download_artifact
+    from optuna.artifacts.exceptions import ArtifactNotFound
 
     study, spec = load(name, storage)
     target = load_target(spec.target)
     data = cached_dataset(**spec.data_args)
-    cache = stage_cache(settings or get_settings())  # where the trials' engines are
+    # Where the trials' TensorRT engines are; a reader creates no cache where none is used.
+    cache = stage_cache(settings or get_settings()) if target.kind == "cuda" else None
     kept = [
         b for b in (spec.constraints if budgets is None else budgets) if b.metric in LATENCY_METRICS
     ]
@@ -90,9 +93,14 @@ def remeasure_front(
         for record in pareto_front(name, storage):
             path = Path(workdir) / f"trial-{record['number']}.onnx"
             attrs = record["user_attrs"]
-            download_artifact(
-                artifact_store=artifact_store, file_path=str(path), artifact_id=attrs[ARTIFACT_ID]
-            )
+            try:
+                download_artifact(
+                    artifact_store=artifact_store, file_path=str(path),
+                    artifact_id=attrs[ARTIFACT_ID],
+                )  # fmt: skip
+            except ArtifactNotFound:
+                raise ModelMissing(missing_model(name, record["number"], attrs[ARTIFACT_ID],
+                                                 artifact_store)) from None  # fmt: skip
             batch = attrs["candidate"]["batch_size"]
             method = attrs.get("latency", {}).get("method", "fp32")
             level = attrs["candidate"].get("graph_optimization", "all")
