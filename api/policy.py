@@ -104,8 +104,8 @@ def _under_data_root(name: str, settings: Settings, field: str, what: str) -> Pa
     )
     if unsafe:
         raise _reject(field, f"{field} must be a relative path under the server's data root")
-    path = settings.data_root / relative
     root = settings.data_root.resolve()
+    path = root / relative  # absolute: a worker in another folder finds the same file
     if not path.resolve().is_relative_to(root) or not path.is_file():
         raise _reject(field, f"no {what} file {name!r} under the data root")
     return path

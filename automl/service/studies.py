@@ -22,6 +22,8 @@ from automl.storage.capabilities import count_states as count_trial_states
 from automl.targets import load_target
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from optuna.storages import BaseStorage
 
     from automl.search.space import SearchSpace
@@ -73,7 +75,12 @@ class StudyInfo:
 
 
 def create_study(
-    spec: StudySpec, storage: BaseStorage, *, check_data: bool = True, resume: bool = True
+    spec: StudySpec,
+    storage: BaseStorage,
+    *,
+    check_data: bool = True,
+    resume: bool = True,
+    attrs: Mapping[str, object] | None = None,
 ) -> optuna.Study:
     """Create the study for ``spec``, or resume the existing one with the same spec.
 
@@ -87,6 +94,8 @@ def create_study(
         storage: Where studies live.
         check_data: Load the dataset here.
         resume: Resume a study of that name; otherwise its existence is an error.
+        attrs: More user attrs of a new study, written before its spec, which marks it ready
+            for workers (e.g. the data root of a REST submission).
 
     Raises:
         SpecError: The space or target is invalid, the space's families cannot take the data
@@ -108,7 +117,7 @@ def create_study(
     stored = _stored_spec(storage, spec.name)
     if stored is None:
         try:
-            return _new_study(spec, storage, target.name, fingerprint, baseline)
+            return _new_study(spec, storage, target.name, fingerprint, baseline, attrs or {})
         except optuna.exceptions.DuplicatedStudyError:
             if not resume:
                 raise
@@ -149,6 +158,7 @@ def _new_study(
     target: str,
     fingerprint: str | None,
     baseline: dict | None,
+    attrs: Mapping[str, object],
 ) -> optuna.Study:
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
     if baseline is not None:  # the first trial: the unmodified model, measured
@@ -164,6 +174,8 @@ def _new_study(
     study.set_user_attr("constraints", [str(c) for c in spec.constraints])
     study.set_user_attr("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     study.set_user_attr(STOP_ATTR, False)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
     study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))  # last: it marks it complete
     return study
 

@@ -101,7 +101,8 @@ def _create(
     """Create the study and record its key and data root; a taken name is a conflict."""
     name = str(spec.name)
     try:
-        study = create_study(spec, storage, resume=False)
+        extra = {DATA_ROOT_ATTR: str(data_root.resolve())} if data_root is not None else {}
+        study = create_study(spec, storage, resume=False, attrs=extra)
     except optuna.exceptions.DuplicatedStudyError:
         study = None
     if study is None:
@@ -113,8 +114,6 @@ def _create(
         )
     if key_hash:
         study.set_user_attr(IDEMPOTENCY_ATTR, key_hash)
-    if data_root is not None:
-        study.set_user_attr(DATA_ROOT_ATTR, str(data_root.resolve()))
     return name
 
 
