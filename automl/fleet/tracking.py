@@ -12,7 +12,9 @@ neither the process-wide tracking URI nor the active run of a notebook that uses
 from __future__ import annotations
 
 import logging
+import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING
 
@@ -41,13 +43,20 @@ def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
     """
     if not tracking_uri.startswith(("http://", "https://")):
         return
+    url = urllib.parse.urlsplit(tracking_uri)
+    host = url.hostname or ""
+    netloc = f"{host}:{url.port}" if url.port else host
+    shown = url._replace(netloc=netloc).geturl()  # no credentials in a message
     try:
-        urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s).close()
+        probe = url._replace(netloc=netloc, path=url.path.rstrip("/") + "/health").geturl()
+        urllib.request.urlopen(probe, timeout=timeout_s).close()
     except urllib.error.HTTPError:
-        return  # a server answered
+        return  # a server answered (401 without its credentials included)
     except (OSError, ValueError) as e:  # refused, unreachable, timed out, a malformed URL
+        if isinstance(getattr(e, "reason", e), ssl.SSLError):
+            return  # a server answered; MLflow's own client judges its certificate
         raise SpecError(
-            f"no MLflow tracking server answers at {tracking_uri!r} within {timeout_s:g} s "
+            f"no MLflow tracking server answers at {shown!r} within {timeout_s:g} s "
             f"({getattr(e, 'reason', e)}); start it, or fix --mlflow-uri / AUTOML_MLFLOW_URI"
         ) from None
 

@@ -126,3 +126,27 @@ def test_a_store_failing_mid_study_costs_the_run_not_the_trial(store_uri: str, c
     with caplog.at_level("WARNING", logger="automl.fleet.tracking"):
         logger(optuna.create_study(), trial)
     assert f"trial {trial.number} was not logged to MLflow" in caplog.text
+
+
+def test_a_tracking_uri_with_credentials_is_probed_without_them_and_never_shown() -> None:
+    import http.server
+    import socket
+    import threading
+
+    from automl.errors import SpecError
+    from automl.fleet.tracking import check_reachable
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    check_reachable(f"http://user:secret@127.0.0.1:{server.server_port}")  # any answer counts
+    thread.join(5)
+    server.server_close()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(SpecError) as refused:
+        check_reachable(f"http://user:secret@127.0.0.1:{port}/mlflow")
+    assert "secret" not in str(refused.value) and f"'http://127.0.0.1:{port}/mlflow'" in str(
+        refused.value
+    )
