@@ -5,12 +5,36 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from automl.errors import SpecError
 
 DEFAULT_STORAGE = "sqlite:///studies/automl.db"
+
+
+# The range a search space may give each numeric knob: a space beyond it is refused at load
+# (a kernel of 10**12 would fail every trial instead). AUTOML_KNOB_BOUNDS overrides some.
+KNOB_BOUNDS: dict[str, tuple[float, float]] = {
+    "arch.width": (1, 4096),
+    "arch.depth": (1, 64),
+    "arch.kernel_size": (1, 31),
+    "arch.dropout": (0, 0.95),
+    "arch.stages": (1, 8),
+    "arch.width_growth": (1, 4),
+    "arch.heads": (1, 64),
+    "arch.mlp_ratio": (0.25, 16),
+    "pruning_ratio": (0, 0.95),
+    "batch_size": (1, 4096),
+    "finetune_epochs": (0, 1000),
+    "finetune_lr": (1e-7, 10),
+    "kd_alpha": (0, 1),
+    "kd_temperature": (0.1, 100),
+    "train.epochs": (0, 1000),
+    "train.lr": (1e-7, 10),
+    "train.weight_decay": (0, 1),
+    "train.batch_size": (1, 65536),
+}
 
 
 class Settings(BaseSettings):
@@ -52,30 +76,13 @@ class Settings(BaseSettings):
     data_max_classes: int = Field(default=100_000, ge=2)
     # The most memory a dataset file's arrays may take once decompressed, all of them together.
     data_max_mb: float = Field(default=2048, gt=0)
-    # The range a search space may give each numeric knob: a space beyond it is refused at load
-    # (a kernel of 10**12 would fail every trial instead).
-    knob_bounds: dict[str, tuple[float, float]] = Field(
-        default_factory=lambda: {
-            "arch.width": (1, 4096),
-            "arch.depth": (1, 64),
-            "arch.kernel_size": (1, 31),
-            "arch.dropout": (0, 0.95),
-            "arch.stages": (1, 8),
-            "arch.width_growth": (1, 4),
-            "arch.heads": (1, 64),
-            "arch.mlp_ratio": (0.25, 16),
-            "pruning_ratio": (0, 0.95),
-            "batch_size": (1, 4096),
-            "finetune_epochs": (0, 1000),
-            "finetune_lr": (1e-7, 10),
-            "kd_alpha": (0, 1),
-            "kd_temperature": (0.1, 100),
-            "train.epochs": (0, 1000),
-            "train.lr": (1e-7, 10),
-            "train.weight_decay": (0, 1),
-            "train.batch_size": (1, 65536),
-        }
-    )
+    knob_bounds: dict[str, tuple[float, float]] = Field(default_factory=lambda: dict(KNOB_BOUNDS))
+
+    @field_validator("knob_bounds", mode="after")
+    @classmethod
+    def _over_the_defaults(cls, bounds: dict[str, tuple[float, float]]) -> dict:
+        """AUTOML_KNOB_BOUNDS changes the knobs it names; the others keep their bounds."""
+        return {**KNOB_BOUNDS, **bounds}
 
     @model_validator(mode="after")
     def _grace_outlasts_heartbeats(self) -> Settings:

@@ -32,3 +32,12 @@ def test_a_list_variable_that_is_not_json_is_named(fresh_settings, monkeypatch):
     monkeypatch.setenv("AUTOML_API_TOKENS", "abc")
     with pytest.raises(SpecError, match=r"api_tokens.*lists are JSON"):
         fresh_settings()
+
+
+def test_knob_bounds_from_the_environment_change_only_the_knobs_they_name(monkeypatch):
+    from automl.settings import KNOB_BOUNDS, Settings
+
+    monkeypatch.setenv("AUTOML_KNOB_BOUNDS", '{"train.lr": [0, 1e31]}')
+    bounds = Settings().knob_bounds
+    assert bounds["train.lr"] == (0, 1e31)
+    assert bounds["arch.kernel_size"] == KNOB_BOUNDS["arch.kernel_size"]  # still bounded
