@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: study test lint install install-gpu
+.PHONY: study test test-fast lint install install-gpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: $(STAMP)
 	bash .ci/chromium.sh
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# Unit and contract tests only, for a quick check while working (docs/contributing.md); CI runs
+# `make test`.
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -m "not slow and not e2e" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

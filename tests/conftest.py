@@ -241,3 +241,15 @@ def cli(tmp_path):
     run.root = tmp_path
     run.storage = env["AUTOML_STORAGE"]
     return run
+
+
+# Fixtures that start the `automl` command or a live server: their tests are end to end.
+_END_TO_END_FIXTURES = frozenset({"cli", "run_api", "api_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``e2e`` every test that runs the command or a server (``make test-fast`` skips
+    them, with the ``slow`` ones; ``make test`` runs everything)."""
+    for item in items:
+        if _END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
