@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 
 from automl.errors import SpecError
 from automl.pipeline.methods import BITS, Method, get_method, method_for
+from automl.plugins import PLUGIN
 
 FAMILIES = ("mlp", "cnn", "resnet", "mobilenet", "transformer")
 CONV_FAMILIES = ("cnn", "resnet", "mobilenet")
 # A user-written family: ``package.module:function`` (see :mod:`automl.models`).
-USER_FAMILY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 OUTPUT_LAYER = "classifier"
 _MAX_STAGE_WIDTH = 4096
 
@@ -43,7 +42,7 @@ class ArchConfig:
     output_layer: str = OUTPUT_LAYER
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES and not USER_FAMILY.fullmatch(self.family):
+        if self.family not in FAMILIES and not PLUGIN.fullmatch(self.family):
             raise SpecError(
                 f"unknown model family {self.family!r}; choose one of {list(FAMILIES)}, or "
                 "name your own as 'package.module:function'"

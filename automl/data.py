@@ -17,7 +17,6 @@ standardised like floats.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import zipfile
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,6 +37,7 @@ from automl._data_checks import (
 )
 from automl._data_checks import vocab_size as read_vocab_size
 from automl.errors import DataError
+from automl.plugins import import_plugin
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -192,11 +192,7 @@ def _npz(path: Path, name: str) -> dict[str, np.ndarray]:
 
 
 def _plugin(source: str) -> dict[str, np.ndarray]:
-    module_name, _, function_name = source.partition(":")
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as e:
-        raise DataError(f"dataset plugin {source!r} cannot be imported: {e}") from e
+    function = import_plugin(source, "dataset plugin", DataError)
     try:
         result = function()
     except Exception as e:  # the plugin's own failure, reported as the dataset's

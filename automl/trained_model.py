@@ -6,8 +6,6 @@ import hashlib
 import importlib
 import inspect
 import io
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from torch import nn
 
 from automl.errors import SpecError
 from automl.models import WRAPPED, LogitsOf
+from automl.plugins import import_plugin
 
 # Mismatched parameters named in a refusal; the rest are counted.
 _SHOWN = 3
@@ -114,13 +113,7 @@ def _factory_source(factory: str) -> str:
 
 
 def _call_factory(factory: str) -> nn.Module:
-    module_name, _, function_name = factory.partition(":")
-    if os.getcwd() not in sys.path:  # as uvicorn does: `automl` finds ./mymodel.py
-        sys.path.insert(0, os.getcwd())
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as e:
-        raise FactoryUnavailable(f"model factory {factory!r} cannot be imported: {e}") from None
+    function = import_plugin(factory, "model factory", FactoryUnavailable)
     try:
         model = function()
     except ImportError as e:  # a package the factory needs, missing on this host

@@ -9,12 +9,12 @@ whose output layer is the submodule named ``classifier``, or the name in the spa
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from torch import nn
 
 from automl.errors import SpecError
+from automl.plugins import import_plugin
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -67,8 +67,4 @@ def import_family(family: str) -> Callable[..., nn.Module]:
     Raises:
         SpecError: The module or the function cannot be imported.
     """
-    module_name, _, function_name = family.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as e:
-        raise SpecError(f"family {family!r} cannot be imported: {e}") from e
+    return import_plugin(family, "family")

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from automl.errors import SpecError
+from automl.plugins import PLUGIN
 
 # metric → natural direction; every trial records all of them as user attrs.
 METRICS: dict[str, Literal["maximize", "minimize"]] = {
@@ -38,7 +39,6 @@ BASELINE_METRICS: dict[str, Literal["maximize", "minimize"]] = {
 METRICS.update(BASELINE_METRICS)
 # Linear for the sampler: accuracy_drop may be negative, and accuracies are bounded.
 _LINEAR_METRICS = ("accuracy", "accuracy_drop")
-_FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 # Recorded for every trial and shown in every view, but never an objective or constraint: the
 # accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
 TEST_METRIC = "test_accuracy"
@@ -178,7 +178,7 @@ class TrainedModel(BaseModel):
     @field_validator("factory")
     @classmethod
     def _factory(cls, factory: str | None) -> str | None:
-        if factory is not None and not _FACTORY.fullmatch(factory):
+        if factory is not None and not PLUGIN.fullmatch(factory):
             raise ValueError(f"factory {factory!r} must look like 'package.module:function'")
         return factory
 
