@@ -57,6 +57,23 @@ def served(serve):
         yield client, storage
 
 
+def _work_until_idle(storage, settings) -> bool:
+    """Run a worker on the storage until no study is left to run; whether it stopped."""
+    from automl.fleet.scheduler import work
+    from automl.fleet.study_loop import GracefulStop
+    from automl.storage.factory import open_artifact_store
+
+    worker = threading.Thread(
+        target=work, args=(storage,), kwargs={
+            "artifact_store": open_artifact_store(settings), "settings": settings,
+            "stop": GracefulStop(), "exit_when_idle": True, "poll_s": 0.1,
+        },
+    )  # fmt: skip
+    worker.start()
+    worker.join(120)
+    return not worker.is_alive()
+
+
 def _post(client: httpx.Client, name: str, **model: object) -> httpx.Response:
     body = {"name": name, "n_trials": 4, "model": {"weights": "models/cnn.pt", **model}}
     return client.post("/v1/studies", json=body)
@@ -116,23 +133,11 @@ def test_a_model_that_cannot_serve_is_refused_before_the_201(served, unique_name
 
 
 def test_a_check_that_outlasts_the_request_fails_the_study_at_the_worker(serve, unique_name):
-    from automl.fleet.scheduler import work
-    from automl.fleet.study_loop import GracefulStop
-    from automl.storage.factory import open_artifact_store
-
     with serve(model_check_timeout_s=0.01) as (client, storage, settings):
         name = unique_name("trained")
         response = _post(client, name, factory=FACTORY, weights="models/random.pt")
         assert response.status_code == 201, response.text
-        worker = threading.Thread(
-            target=work, args=(storage,), kwargs={
-                "artifact_store": open_artifact_store(settings), "settings": settings,
-                "stop": GracefulStop(), "exit_when_idle": True, "poll_s": 0.1,
-            },
-        )  # fmt: skip
-        worker.start()
-        worker.join(120)
-        assert not worker.is_alive()
+        assert _work_until_idle(storage, settings)
         study = client.get(f"/v1/studies/{name}").json()
         assert study["state"] == "failed" and study["waiting_reason"] is None
         assert "not clearly above chance" in study["error"]
@@ -164,10 +169,6 @@ def test_an_onnx_model_needs_no_factory(serve, unique_name, digits_cnn_weights):
 
 
 def test_a_link_swapped_after_the_201_is_not_followed_by_the_worker(serve, unique_name, tmp_path):
-    from automl.fleet.scheduler import work
-    from automl.fleet.study_loop import GracefulStop
-    from automl.storage.factory import open_artifact_store
-
     with serve() as (client, storage, settings):
         link = settings.data_root / "models" / "link.pt"
         link.symlink_to(settings.data_root / "models" / "cnn.pt")
@@ -178,14 +179,7 @@ def test_a_link_swapped_after_the_201_is_not_followed_by_the_worker(serve, uniqu
         outside.write_bytes((settings.data_root / "models" / "cnn.pt").read_bytes())
         link.unlink()
         link.symlink_to(outside)
-        worker = threading.Thread(
-            target=work, args=(storage,), kwargs={
-                "artifact_store": open_artifact_store(settings), "settings": settings,
-                "stop": GracefulStop(), "exit_when_idle": True, "poll_s": 0.1,
-            },
-        )  # fmt: skip
-        worker.start()
-        worker.join(120)
+        _work_until_idle(storage, settings)
         study = client.get(f"/v1/studies/{name}").json()
         assert study["state"] == "failed"
         assert (
