@@ -10,6 +10,9 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
+# The device script, run as a command: end to end (not in make test-fast).
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

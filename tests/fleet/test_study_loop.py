@@ -18,6 +18,9 @@ from automl.service.studies import create_study, get_study
 from automl.settings import Settings
 from automl.storage.factory import open_storage
 
+# Worker processes and storage outages: end to end (not in make test-fast).
+pytestmark = pytest.mark.e2e
+
 AUTOML = [sys.executable, "-m", "automl"]
 SPACE = """name: quick
 params:

@@ -283,6 +283,7 @@ def test_without_models_to_re_measure_the_pick_is_unverified(study_run: dict) ->
     assert pick.basis == "recorded" and "recorded figures, unverified" in pick.notes[0]
 
 
+@pytest.mark.e2e  # processes of their own
 def test_cli_export_under_a_latency_budget_says_how_it_picked(study_run: dict) -> None:
     import subprocess
     import sys

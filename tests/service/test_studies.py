@@ -292,6 +292,7 @@ def test_each_failure_names_the_trial_that_retried_it(tmp_path):
     assert [(f["number"], f["retried_as"]) for f in failures] == [(0, 1), (1, 2), (2, None)]
 
 
+@pytest.mark.e2e  # processes of their own
 def test_racing_creates_of_one_new_study_both_get_it(tmp_path):
     """Two processes starting one new study at once: neither crashes, both get the study."""
     url = f"sqlite:///{tmp_path}/race.db"

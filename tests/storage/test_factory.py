@@ -68,6 +68,7 @@ def _open_when_released(url: str, barrier, results) -> None:
         results.put(f"{type(e).__name__}: {e}")
 
 
+@pytest.mark.e2e  # processes of their own
 def test_workers_starting_together_on_a_new_database_all_open_it():
     context = multiprocessing.get_context("spawn")
     for _ in range(2):  # the race to create the tables is lost by most openers, most times
