@@ -213,9 +213,21 @@ def check_fingerprint(
         elif stored != now:
             raise error(
                 f"{what} of study {spec.name!r} has changed since the study began "
-                f"(fingerprint {stored}, now {now}): its front would mix trials scored on "
-                f"both. Restore it, or start a new study, e.g. --name {spec.name}-v2"
+                f"(fingerprint {stored}, now {now}){_older(study, attr)}: its front would mix "
+                f"trials scored on both. Restore it, or start a new study, e.g. --name "
+                f"{spec.name}-v2"
             )
+
+
+def _older(study: optuna.Study, attr: str) -> str:
+    """Why a data fingerprint may differ with unchanged data: a study of an earlier automl,
+    which standardised inputs with one scalar mean and std (its spec has no ``standardize``)."""
+    if attr != DATA_ATTR or "standardize" in study.user_attrs.get(SPEC_ATTR, {}):
+        return ""
+    return (
+        ", or the study was created by an earlier automl, which standardised inputs with one "
+        "scalar mean and std where this one fits them to the layout"
+    )
 
 
 def _require_raw_values(study: optuna.Study, spec: StudySpec) -> None:

@@ -367,3 +367,16 @@ def test_show_counts_the_infeasible_trials_per_constraint(env):
         ))  # fmt: skip
     info = get_study("t", storage)
     assert info.infeasible == {"latency_p99_ms <= 5": 1, "size_mb <= 0.02": 2}
+
+
+def test_a_study_of_an_earlier_automl_says_why_its_data_fingerprint_moved(env):
+    from automl.records import SPEC_ATTR
+
+    _, storage, _ = env
+    spec = _spec()
+    study = create_study(spec, storage)
+    old = {k: v for k, v in study.user_attrs[SPEC_ATTR].items() if k not in ("standardize",)}
+    study.set_user_attr(SPEC_ATTR, old)  # as a study created before `standardize` existed
+    study.set_user_attr(DATA_ATTR, "0123456789abcdef")  # scalar statistics' fingerprint
+    with pytest.raises(DataError, match="created by an earlier automl, which standardised"):
+        create_study(spec, storage)
