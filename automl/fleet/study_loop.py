@@ -24,10 +24,10 @@ from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
 from automl.search.spec import MAX_SEED
 from automl.search.variants import VariantSampler
+from automl.service.fingerprints import check_fingerprint
 from automl.service.studies import (
     DATA_ROOT_ATTR,
     STOP_ATTR,
-    check_fingerprint,
     fail_cap,
     forgiven_failures,
     load,

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 import optuna
 
 from automl.data import BUILTIN_DATASETS, check_source_form, load_dataset
-from automl.errors import AutomlError, DataError, InputRefused, SpecError
+from automl.errors import AutomlError, SpecError
 from automl.records import BASELINE, FAIL_REASON, SPEC_ATTR, TRIAL_STATES, violated
 from automl.search.baseline import baseline_params
 from automl.search.compat import check_compatible, check_target
 from automl.search.space import load_space
 from automl.search.spec import StudySpec, parse_spec
+from automl.service.fingerprints import DATA_ATTR, check_fingerprint
 from automl.storage.capabilities import count_states as count_trial_states
 from automl.targets import load_target
 
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 
     from automl.search.space import SearchSpace
 
-DATA_ATTR = "data_fingerprint"
-MODEL_ATTR = "model_fingerprint"  # a trained model's weights, factory and its module's source
 FORGIVEN_ATTR = "failures_forgiven"
 # Why no worker can run the study (e.g. its trained model is refused), set by the worker that
 # found it; the study is then failed.
@@ -190,44 +189,6 @@ def _await_spec(storage: BaseStorage, name: str, timeout_s: float = 5.0) -> Stud
         if time.monotonic() > deadline:
             raise SpecError(f"study {name!r} exists but was not created by automl")
         time.sleep(0.05)
-
-
-def check_fingerprint(
-    study: optuna.Study, spec: StudySpec, fingerprint: str, model: str | None = None
-) -> None:
-    """Record the fingerprints of the data (and of the trained ``model``) with the study, or
-    refuse data or a model that differ from them.
-
-    Raises:
-        DataError: The study began on other data; its trials would mix two datasets.
-        InputRefused: The study began with other weights or another factory source.
-    """
-    checks = [(DATA_ATTR, fingerprint, f"dataset {spec.dataset_shown!r}", DataError)]
-    if model is not None and spec.model is not None:
-        what = f"model {spec.model.label!r} with weights {spec.model.weights!r}"
-        checks.append((MODEL_ATTR, model, what, InputRefused))
-    for attr, now, what, error in checks:
-        stored = study.user_attrs.get(attr)
-        if stored is None:
-            study.set_user_attr(attr, now)
-        elif stored != now:
-            raise error(
-                f"{what} of study {spec.name!r} has changed since the study began "
-                f"(fingerprint {stored}, now {now}){_older(study, attr)}: its front would mix "
-                f"trials scored on both. Restore it, or start a new study, e.g. --name "
-                f"{spec.name}-v2"
-            )
-
-
-def _older(study: optuna.Study, attr: str) -> str:
-    """Why a data fingerprint may differ with unchanged data: a study of an earlier automl,
-    which standardised inputs with one scalar mean and std (its spec has no ``standardize``)."""
-    if attr != DATA_ATTR or "standardize" in study.user_attrs.get(SPEC_ATTR, {}):
-        return ""
-    return (
-        ", or the study was created by an earlier automl, which standardised inputs with one "
-        "scalar mean and std where this one fits them to the layout"
-    )
 
 
 def _require_raw_values(study: optuna.Study, spec: StudySpec) -> None:

@@ -16,9 +16,9 @@ from automl.errors import DataError, SpecError
 from automl.fleet.scheduler import Scope, runnable_studies
 from automl.fleet.study_loop import run_study_loop
 from automl.search.spec import parse_spec
+from automl.service.fingerprints import DATA_ATTR
 from automl.service.read import list_studies, pareto_front, waiting_reason
 from automl.service.studies import (
-    DATA_ATTR,
     FORGIVEN_ATTR,
     StudyNotFound,
     create_study,

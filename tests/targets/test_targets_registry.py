@@ -5,7 +5,6 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-import numpy as np
 import onnxruntime as ort
 import pytest
 
@@ -22,7 +21,7 @@ from automl.targets import (
 )
 from automl.targets._registry import _parse_target
 from automl.targets.nvidia_smi import parse_gpu_identities, parse_gpu_query
-from automl.targets.presence import gpu_identity, provider_starts, runtime_refusal
+from automl.targets.presence import gpu_identity, runtime_refusal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -384,30 +383,3 @@ def test_a_gpu_host_without_onnxruntime_gpu_is_refused_naming_the_fix(tmp_path, 
     with pytest.raises(TargetUnavailable, match=r"lacks .*: run `make install-gpu`") as excinfo:
         require_present(a100)
     assert "\n" not in str(excinfo.value)
-
-
-def test_a_provider_counts_only_once_a_session_starts_on_it() -> None:
-    # TensorRT's provider loads libnvinfer only when a session starts; one that cannot start
-    # leaves the session on another provider or raises, and is not counted.
-    assert provider_starts("CPUExecutionProvider")
-    assert not provider_starts("NoSuchExecutionProvider")
-    if "TensorrtExecutionProvider" not in ort.get_available_providers():
-        assert not provider_starts("TensorrtExecutionProvider")
-
-
-def test_the_probe_graph_is_in_an_ir_version_every_supported_runtime_reads() -> None:
-    import onnx
-
-    from automl.targets.presence import PROBE_IR_VERSION, probe_model
-
-    model = onnx.load_from_string(probe_model())
-    assert model.ir_version == PROBE_IR_VERSION <= 13  # ORT-GPU 1.31 reads IR 13 at most
-    assert ort.InferenceSession(probe_model()).run(None, {"x": np.ones((1, 8), np.float32)})
-
-
-def test_a_provider_that_does_not_start_says_why() -> None:
-    from automl.targets.presence import provider_failure
-
-    assert provider_failure("CPUExecutionProvider") is None
-    why = provider_failure("NoSuchExecutionProvider")
-    assert why and "IR version" not in why and "libcublas" not in why
