@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("automl.trials.model_check")
 # A baseline is refused as at chance when chance would reach its accuracy this rarely or more.
 CHANCE_P_VALUE = 1e-3
+# Models that passed in this process, by model spec, file digest and data fingerprint.
+_PASSED: dict[tuple[str, str, str], TrainedModel | OnnxModel] = {}
 
 
 def check_study_model(spec: StudySpec) -> None:
@@ -65,12 +67,16 @@ def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel | OnnxMo
     else:
         opened = open_trained(given.factory, given.weights, given.output_layer, given.output)
         model, check = opened, _checked
-    try:
-        return check(model, spec, data)
-    except (InputRefused, FactoryUnavailable):  # refused already, or this host's to fix
-        raise
-    except SpecError as e:
-        raise InputRefused(str(e)) from None
+    # `study start` checks before it creates the study, and its loop once more: once will do.
+    key = (given.model_dump_json(), model.digest, data.fingerprint)
+    if key not in _PASSED:
+        try:
+            _PASSED[key] = check(model, spec, data)
+        except (InputRefused, FactoryUnavailable):  # refused already, or this host's to fix
+            raise
+        except SpecError as e:
+            raise InputRefused(str(e)) from None
+    return _PASSED[key]
 
 
 def _checked(trained: TrainedModel, spec: StudySpec, data: Dataset) -> TrainedModel:
