@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from automl.catalog import INT8_MODES, Method, get_method, legacy_bits, method_for
 from automl.errors import SpecError
-from automl.pipeline.methods import BITS, Method, get_method, method_for
 from automl.plugins import PLUGIN
 
 FAMILIES = ("mlp", "cnn", "resnet", "mobilenet", "transformer")
@@ -118,7 +118,6 @@ class TrainConfig:
             raise SpecError(f"invalid training settings: {self}")
 
 
-INT8_MODES = ("static", "dynamic")
 # ONNX Runtime's graph optimisation levels, fewest rewrites first (see automl.pipeline._ort).
 GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 
@@ -127,7 +126,7 @@ GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 class Candidate:
     """Architecture, pruning ratio, quantization, serving batch size and training settings.
 
-    The quantization method is named by ``method`` (see :mod:`automl.pipeline.methods`), or by
+    The quantization method is named by ``method`` (see :data:`automl.catalog.METHODS`), or by
     the older pair ``bits`` and ``int8_mode``; a named method sets ``bits`` to its own.
     ``arch`` is None for a trained model (the study's ``model``), which is loaded, not trained.
     The fine-tune after pruning runs at ``finetune_lr`` (default: a third of ``train.lr``) and,
@@ -157,8 +156,8 @@ class Candidate:
             )
         if self.method is not None:
             object.__setattr__(self, "bits", get_method(self.method).bits)
-        if self.bits not in BITS:
-            raise SpecError(f"bits must be one of {list(BITS)}, got {self.bits}")
+        if self.bits not in legacy_bits():
+            raise SpecError(f"bits must be one of {list(legacy_bits())}, got {self.bits}")
         if self.int8_mode not in INT8_MODES:
             raise SpecError(f"int8_mode must be one of {list(INT8_MODES)}, got {self.int8_mode!r}")
         if self.batch_size < 1:

@@ -4,7 +4,7 @@ Run: ``python -m bench.gpu_check --out gpu_check.json`` (about 1 to 5 minutes on
 
 It records the environment (GPUs, driver, CUDA, cuDNN, TensorRT, ONNX Runtime build and
 providers), trains a small digits CNN on the CPU, and for each method and latency backend
-(``automl/pipeline/backends.py``, with the options trials use) it runs: node placement counts
+(``automl/catalog/backends/``, with the options trials use) it runs: node placement counts
 (and whether every compute node ran on the backend's provider), the median of
 **device-resident** runs (IO binding, inputs and outputs on the GPU, synchronised), the median
 of **end-to-end** runs (the batch copied in, the outputs copied back), accuracy on the GPU
@@ -37,11 +37,11 @@ from typing import Any
 import numpy as np
 
 from automl.candidate import ArchConfig, TrainConfig
+from automl.catalog import CPU, CUDA, TRT, get_backend, get_method
 from automl.data import load_dataset
 from automl.errors import AutomlError, TrialFailed
 from automl.models import build_model
-from automl.pipeline._ort import UNSAFE_REWRITES, make_session
-from automl.pipeline.backends import CPU, CUDA, TRT, get_backend
+from automl.pipeline._ort import make_session
 from automl.pipeline.export import export_onnx
 from automl.pipeline.latency import measure_latency
 from automl.pipeline.ort_packages import (
@@ -192,7 +192,7 @@ def method_row(
     row: dict[str, Any] = {"method": method, "backend": backend.name, "provider": provider}
     out = workdir / "quantized" / f"{method}.onnx"
     path = quantize_method(fp32, out, method, calibration=data.x_calib).path
-    unsafe = UNSAFE_REWRITES.get(method, ())
+    unsafe = get_method(method).unsafe_rewrites
     cpu_session = make_session(path, [CPU], 1, disabled_optimizers=unsafe)
     row["accuracy_cpu_ep"] = _accuracy(cpu_session, data.x_test, data.y_test)
     session = cpu_session

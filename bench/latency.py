@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from automl.candidate import ArchConfig, TrainConfig
+from automl.catalog import method_for
 from automl.data import load_dataset
 from automl.models import build_model
 from automl.pipeline.export import export_onnx
-from automl.pipeline.methods import method_for
 from automl.pipeline.quantize import quantize
 from automl.pipeline.train import train
 from automl.targets import load_target

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from optuna.artifacts import FileSystemArtifactStore
 
+from automl.catalog import _registry as catalog_registry
 from automl.data import Dataset, load_dataset
 from automl.search.spec import parse_spec
 from automl.service.studies import create_study
@@ -200,6 +201,16 @@ class PgProxy:
         time.sleep(seconds)
         self.server = socket.create_server(("127.0.0.1", self.port))
         threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
+
+
+@pytest.fixture
+def scratch_catalog() -> Iterator[None]:
+    """Catalog entries that a test defines are forgotten after it."""
+    saved = [(r, dict(r)) for r in (catalog_registry._METHODS, catalog_registry._BACKENDS)]
+    yield
+    for registry, entries in saved:
+        registry.clear()
+        registry.update(entries)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -46,24 +46,78 @@ def test_layers_import_one_way(layer: str) -> None:
     assert not broken, "\n".join(broken)
 
 
-# Data tables of the pipeline that the target registry checks names against at load.
-DATA_TABLES = ("automl.pipeline.methods", "automl.pipeline.backends")
+# Leaves: what each may import of ours.
+LEAVES = {
+    "automl/catalog": ("automl.errors", "automl.catalog"),
+    "automl/targets": ("automl.errors", "automl.targets", "automl.settings", "automl.catalog"),
+}
 
 
-@pytest.mark.parametrize("leaf", ["automl/targets", *DATA_TABLES])
-def test_targets_and_the_tables_they_read_import_no_layer(leaf: str) -> None:
-    path = ROOT / leaf.replace(".", "/")
-    files = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
-    allowed = ("automl.errors",)  # the tables: data only
-    if leaf == "automl/targets":
-        allowed += ("automl.targets", "automl.settings", *DATA_TABLES)
+@pytest.mark.parametrize("leaf", sorted(LEAVES))
+def test_the_catalog_and_the_targets_import_no_layer(leaf: str) -> None:
     broken = [
         f"{file.relative_to(ROOT)} imports {module}"
-        for file in files
+        for file in sorted((ROOT / leaf).rglob("*.py"))
         for module in sorted(imported_modules(file))
-        if module.split(".")[0] in ("automl", "api") and not module.startswith(allowed)
+        if module.split(".")[0] in ("automl", "api") and not module.startswith(LEAVES[leaf])
     ]
     assert not broken, "\n".join(broken)
+
+
+def _unit(module: str) -> str | None:
+    """The package (``automl.pipeline``), top-level module (``automl.data``) or ``api`` that
+    ``module`` belongs to; ``None`` outside ours."""
+    parts = module.split(".")
+    if parts[0] not in ("automl", "api"):
+        return None
+    return ".".join(parts[:2]) if parts[0] == "automl" else "api"
+
+
+def _unit_graph() -> dict[str, dict[str, str]]:
+    """unit → {unit it imports: one file that imports it}, lazy imports included."""
+    graph: dict[str, dict[str, str]] = {}
+    for path in sorted([*(ROOT / "automl").rglob("*.py"), *(ROOT / "api").rglob("*.py")]):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        source = _unit(module)
+        for imported in imported_modules(path):
+            target = _unit(imported)
+            if target and source and target != source:
+                graph.setdefault(source, {}).setdefault(target, str(path.relative_to(ROOT)))
+    return graph
+
+
+def _path(graph: dict[str, dict[str, str]], start: str, goal: str) -> list[str] | None:
+    """A chain of imports from ``start`` to ``goal``, if there is one."""
+    seen, frontier = {start}, [[start]]
+    while frontier:
+        chain = frontier.pop()
+        for nxt in graph.get(chain[-1], {}):
+            if nxt == goal:
+                return [*chain, nxt]
+            if nxt not in seen:
+                seen.add(nxt)
+                frontier.append([*chain, nxt])
+    return None
+
+
+def test_no_package_imports_one_that_imports_it_back() -> None:
+    graph = _unit_graph()
+    cycles = []
+    for source, targets in graph.items():
+        for target, file in targets.items():
+            back = _path(graph, target, source)
+            if back:
+                cycles.append(f"{file}: {source} → {' → '.join(back)}")
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_cycle_check_sees_a_lazy_import(tmp_path: Path) -> None:
+    lazy = tmp_path / "m.py"
+    lazy.write_text("def f():\n    from automl.fleet import study_loop\n")
+    assert "automl.fleet" in imported_modules(lazy)
+    graph = {"automl.a": {"automl.b": "a.py"}, "automl.b": {"automl.c": "b.py"}}
+    assert _path(graph, "automl.a", "automl.c") == ["automl.a", "automl.b", "automl.c"]
+    assert _path(graph, "automl.c", "automl.a") is None
 
 
 def test_the_api_imports_neither_torch_nor_the_study_loop() -> None:

@@ -30,12 +30,6 @@ ORT_DTYPES = {
 }
 
 
-# CPU EP rewrites that are wrong for a method's graphs. ReluQuantRewrite drops a Relu before a
-# QuantizeLinear whose zero point is the type's lowest value; in float8 E4M3 zero is not, and a
-# digits CNN falls to 10% accuracy.
-UNSAFE_REWRITES = MappingProxyType({"fp8-trt": ("ReluQuantRewrite",)})
-
-
 # ONNX Runtime's graph optimisation levels, by the name a search space gives them.
 GRAPH_OPTIMIZATIONS = MappingProxyType(
     {
@@ -71,8 +65,8 @@ def make_session(
         providers: Execution providers in order of preference.
         intra_op_threads: Intra-op thread count (0 lets ORT choose).
         provider_options: Options per provider name (a backend's: see
-            :meth:`automl.pipeline.backends.Backend.provider_options`).
-        disabled_optimizers: Graph rewrites to leave out (see :data:`UNSAFE_REWRITES`).
+            :meth:`automl.catalog.Backend.provider_options`).
+        disabled_optimizers: Graph rewrites to leave out (a method's ``unsafe_rewrites``).
         optimization: The graph optimisation level, a key of :data:`GRAPH_OPTIMIZATIONS`.
 
     Returns:

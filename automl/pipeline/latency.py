@@ -9,7 +9,7 @@ runs or ``_WARMUP_SECONDS``, whichever comes first, but never before two runs; o
 by time instead (see :mod:`automl.pipeline.gpu_warmup`). Inputs are real test samples at the
 candidate's batch size.
 
-ONNX Runtime runs the graph on the backend of its method (see :mod:`automl.pipeline.backends`)
+ONNX Runtime runs the graph on the backend of its method (see :mod:`automl.catalog`)
 with the target's pinned intra-op threads, and nowhere else: a CUDA target whose ONNX Runtime
 lacks the backend's provider is refused (``make install-gpu``), never timed by another runtime.
 A GPU backend's percentiles are device-resident runs, and ``end_to_end_p50_ms`` adds the
@@ -75,7 +75,7 @@ class Latency(LatencyStats):
             :class:`LatencyBudget`): the candidate is infeasible, and its times are few.
         source: The runtime that timed it: ``"onnxruntime"``.
         provider: The execution provider that really ran the model.
-        backend: The latency backend (see :mod:`automl.pipeline.backends`).
+        backend: The latency backend (see :mod:`automl.catalog`).
         timing: ``"host"`` (numpy in and out), ``"device-resident"`` or ``"device-resident,
             cuda-graph"`` (see :mod:`automl.pipeline.timers`): what the percentiles time.
         end_to_end_p50_ms: Median of runs with the copies to the device and back: the p50
@@ -201,7 +201,7 @@ def measure_latency(
         batch_size: Samples per run.
         method: The graph's quantization method; it picks the target's backend.
         cache_dir: Where TensorRT keeps its engines (see
-            :meth:`automl.pipeline.backends.Backend.provider_options`).
+            :meth:`automl.catalog.Backend.provider_options`).
         warmup_runs: Untimed runs first.
         min_runs: Timed runs before convergence is checked.
         max_runs: Cap on timed runs.

@@ -1,7 +1,7 @@
 """The session a latency is timed in, and how one run of it is timed.
 
 :func:`open_runner` opens the session on the backend of the graph's method (see
-:mod:`automl.pipeline.backends`), checks where its nodes run, and gives its timers and the
+:mod:`automl.catalog`), checks where its nodes run, and gives its timers and the
 environment; :mod:`automl.pipeline.latency` decides how many runs to take.
 
 Each timer runs the session once and returns the milliseconds it took. :func:`host_timer` feeds
@@ -28,10 +28,10 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _state
 
+from automl.catalog import get_method
 from automl.errors import SpecError, TargetUnavailable, TrialFailed
 from automl.pipeline._ort import (
     ORT_DTYPES,
-    UNSAFE_REWRITES,
     feed,
     input_dtype,
     input_name,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
-    from automl.pipeline.backends import Backend
+    from automl.catalog import Backend
     from automl.targets import Target
 
 # ONNX Runtime's own errors (they derive from Exception alone), and RuntimeError for the C++
@@ -153,7 +153,7 @@ def backend_session(
     """
     backend = target.backend_for(method)
     options = backend.provider_options(method, cache_dir, cuda_graph=cuda_graph)
-    unsafe = UNSAFE_REWRITES.get(method, ())
+    unsafe = get_method(method).unsafe_rewrites
     threads = target.intra_op_threads
     try:
         return make_session(model_path, backend.providers, threads, options, unsafe, optimization)

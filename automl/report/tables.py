@@ -153,7 +153,7 @@ def describe(record: dict) -> str:
     candidate = record.get("user_attrs", {}).get("candidate")
     if candidate is None:
         return ", ".join(f"{k}={v}" for k, v in record["params"].items())
-    from automl.pipeline.methods import method_for
+    from automl.catalog import method_for
 
     arch = candidate["arch"]
     precision = (

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from automl.candidate import CONV_FAMILIES, FAMILIES, OUTPUT_LAYER
+from automl.catalog import method_for
 from automl.errors import SpecError
-from automl.pipeline.methods import method_for
 from automl.search.space import candidate_from_values, load_space, param_values
 
 if TYPE_CHECKING:

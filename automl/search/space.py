@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from automl.candidate import BITS, FAMILIES, Candidate
+from automl.candidate import FAMILIES, Candidate
+from automl.catalog import legacy_bits
 from automl.errors import SpecError
 
 if TYPE_CHECKING:
@@ -144,8 +145,10 @@ class SearchSpace(BaseModel):
         for name, param in self.params.items():
             _check_bounds(name, param)
             is_bits = (param.sets or name) == "bits"
-            if is_bits and len(param_values(param)) > len(BITS):  # a long int range, never built
-                raise ValueError(f"parameter {name!r}: bits must be among {list(BITS)}")
+            if is_bits and len(param_values(param)) > len(
+                legacy_bits()
+            ):  # a long int range, never built
+                raise ValueError(f"parameter {name!r}: bits must be among {list(legacy_bits())}")
         first = {p.sets or n: param_values(p)[0] for n, p in self.params.items()}
         candidate_from_values(self._arch_values(first))  # a space that cannot build fails here
         return self
@@ -375,7 +378,6 @@ def _format(error: ValidationError) -> str:
 
 
 __all__ = [
-    "BITS",
     "DEPLOYMENT_KEYS",
     "KEYS",
     "SearchSpace",

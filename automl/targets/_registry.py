@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from automl.catalog import METHODS, Backend, first_running, get_backend, methods_for_bits
 from automl.errors import SpecError
-from automl.pipeline.backends import Backend, first_running, get_backend
-from automl.pipeline.methods import BITS, METHODS, methods_for_bits
 from automl.targets.nvidia_smi import is_mig
 
 if TYPE_CHECKING:
@@ -81,11 +80,11 @@ class Target:
         execution_providers: ONNX Runtime execution providers of its backends, in order.
         precisions: Bit-widths the target can run, from {32, 16, 8, 4}: those of ``methods``.
         methods: Names of the quantization methods the target runs (rows of
-            :mod:`automl.pipeline.methods`). A YAML that lists only ``precisions`` gets the
+            :data:`automl.catalog.METHODS`). A YAML that lists only ``precisions`` gets the
             methods of the old form for them (8 bits: ``int8-static`` and ``int8-dynamic``).
         intra_op_threads: ONNX Runtime intra-op thread count pinned while measuring.
         backends: Names of its latency backends in order of preference (rows of
-            :mod:`automl.pipeline.backends`); each method runs on the first that runs it.
+            :data:`automl.catalog.BACKENDS`); each method runs on the first that runs it.
         device_names: The exact ``nvidia-smi`` GPU names this target measures (see
             :func:`device_refusal`); empty for cpu.
         peaks: Datasheet peaks.
@@ -136,7 +135,7 @@ def _methods(model: _TargetModel) -> tuple[tuple[str, ...], tuple[int, ...]]:
         raise SpecError(
             f"target {model.name}: no backend of {model.backends} runs methods {orphans}"
         )
-    bits = tuple(b for b in BITS if any(METHODS[m].bits == b for m in methods))
+    bits = tuple(sorted({METHODS[m].bits for m in methods}, reverse=True))
     if model.precisions is not None and set(model.precisions) != set(bits):
         raise SpecError(
             f"target {model.name}: precisions {model.precisions} differ from the bits of its "

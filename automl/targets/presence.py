@@ -18,8 +18,8 @@ import sys
 from functools import cache
 from typing import TYPE_CHECKING
 
+from automl.catalog import TRT, get_backend
 from automl.errors import TargetUnavailable
-from automl.pipeline.backends import TRT, get_backend
 from automl.targets.gpus import VISIBLE, current_gpu, list_gpus
 from automl.targets.nvidia_smi import (
     MIG,
@@ -32,7 +32,7 @@ from automl.targets.nvidia_smi import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from automl.pipeline.backends import Backend
+    from automl.catalog import Backend
     from automl.targets._registry import Target
 
 logger = logging.getLogger("automl.targets.presence")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import onnxruntime as ort
 import torch
 
-from automl.pipeline.backends import TRT
+from automl.catalog import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
 from automl.pipeline.ort_packages import gpu_runtime_versions

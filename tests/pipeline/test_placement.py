@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
+from automl.catalog import Backend, get_backend
+from automl.catalog.methods.fp32 import Fp32
 from automl.errors import AutomlError, TrialFailed
-from automl.pipeline import backends as backends_module
 from automl.pipeline._ort import make_session
-from automl.pipeline.backends import Backend, get_backend
 from automl.pipeline.latency import measure_latency
 from automl.pipeline.placement import (
     NodePlacement,
@@ -133,18 +132,30 @@ def test_a_session_that_does_not_record_is_refused(exported_models) -> None:
     "AzureExecutionProvider" not in ort.get_available_providers(),
     reason="this ONNX Runtime has no second provider to register first",
 )
-def test_the_registered_provider_is_not_where_nodes_run(digits, exported_models, monkeypatch):
+def test_the_registered_provider_is_not_where_nodes_run(digits, exported_models, scratch_catalog):
     # The Azure provider registers first and takes no node: get_providers()[0] names it while
     # the CPU runs everything, as the CUDA provider does with an int8 dynamic graph.
-    azure = Backend("ort-azure", ("AzureExecutionProvider", CPU), ("fp32",), "cpu", False, "-")
-    table = MappingProxyType({**backends_module.BACKENDS, azure.name: azure})
-    monkeypatch.setattr(backends_module, "BACKENDS", table)
-    target = dataclasses.replace(load_target("cpu"), backends=(azure.name,), methods=("fp32",))
-    session = make_session(exported_models["mlp"], azure.providers, 1)
+    class OrtAzure(Backend):
+        """Azure first, the CPU behind it."""
+
+        name, providers, device, on_device = (
+            "ort-azure",
+            ("AzureExecutionProvider", CPU),
+            "cpu",
+            False,
+        )
+        install = "-"
+
+    class Fp32Azure(Fp32):
+        name, backends = "fp32-azure", ("ort-azure",)
+
+    cpu = load_target("cpu")
+    target = dataclasses.replace(cpu, backends=(OrtAzure.name,), methods=(Fp32Azure.name,))
+    session = make_session(exported_models["mlp"], OrtAzure.providers, 1)
     assert session.get_providers()[0] == "AzureExecutionProvider"
 
     with pytest.raises(TrialFailed, match=r"Gemm '/features/features\.1/Gemm' on CPU"):
-        measure_latency(session, target, digits.x_test, 1, min_runs=10, method="fp32")
+        measure_latency(session, target, digits.x_test, 1, min_runs=10, method="fp32-azure")
 
 
 def test_a_measurement_records_its_placement(digits, exported_models) -> None:

@@ -13,11 +13,10 @@ import pytest
 from onnx import numpy_helper
 
 from automl.candidate import ArchConfig
+from automl.catalog import METHODS
 from automl.errors import SpecError, UnsupportedQuantization
 from automl.models import build_model
-from automl.pipeline._ort import UNSAFE_REWRITES
 from automl.pipeline.export import export_onnx
-from automl.pipeline.methods import METHODS
 from automl.pipeline.quantize import QuantizedModel, quantize, quantize_method
 from automl.targets import load_target
 
@@ -217,11 +216,11 @@ def trt(
             # Run as TensorRT computes the graph. int8: the CPU EP's fused S8S8 kernels saturate
             # on CPUs without VNNI, so Q/DQ stay unfused. fp8: the CPU EP's ReluQuantRewrite
             # drops each Relu before an fp8 QuantizeLinear (the cnn falls to 10 %), so sessions
-            # leave it out (UNSAFE_REWRITES).
+            # leave it out (the method's unsafe_rewrites).
             if method == "int8-trt":
                 logits = _predict(q.path, digits.x_test, fuse=False)
             else:
-                logits = _predict(q.path, digits.x_test, disabled=UNSAFE_REWRITES[method])
+                logits = _predict(q.path, digits.x_test, disabled=METHODS[method].unsafe_rewrites)
             accuracy = float(np.mean(logits.argmax(axis=1) == digits.y_test))
             out[name, method] = (onnx.load(q.path), accuracy)
     return out

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
+from automl.catalog import CPU, Backend
+from automl.catalog.methods.fp32 import Fp32
 from automl.errors import TrialFailed
-from automl.pipeline import backends as backends_module
 from automl.pipeline import timers as timers_module
 from automl.pipeline._ort import make_session
-from automl.pipeline.backends import CPU, Backend
 from automl.pipeline.latency import measure_latency
 from automl.pipeline.timers import bound_timers, open_runner
 from automl.targets import load_target
@@ -48,12 +47,20 @@ def rows() -> np.ndarray:
 
 
 @pytest.fixture
-def bound_cpu(monkeypatch: pytest.MonkeyPatch) -> Target:
+def bound_cpu(scratch_catalog: None) -> Target:
     """The cpu target with a backend that times the CPU as GPU backends time a GPU."""
-    bound = Backend("ort-cpu-bound", (CPU,), ("fp32",), "cpu", True, "pip install onnxruntime")
-    table = MappingProxyType({**backends_module.BACKENDS, bound.name: bound})
-    monkeypatch.setattr(backends_module, "BACKENDS", table)
-    return dataclasses.replace(load_target("cpu"), backends=(bound.name,), methods=("fp32",))
+
+    class OrtCpuBound(Backend):
+        """The CPU, timed device-resident."""
+
+        name, providers, device, on_device = "ort-cpu-bound", (CPU,), "cpu", True
+        install = "pip install onnxruntime"
+
+    class Fp32Bound(Fp32):
+        name, backends = "fp32-bound", ("ort-cpu-bound",)
+
+    cpu = load_target("cpu")
+    return dataclasses.replace(cpu, backends=(OrtCpuBound.name,), methods=(Fp32Bound.name,))
 
 
 def test_bound_runs_give_the_outputs_of_session_run(model_path: Path, rows: np.ndarray) -> None:
@@ -78,7 +85,7 @@ def test_a_cpu_measurement_is_host_to_host(model_path: Path, rows: np.ndarray) -
 def test_a_device_resident_backend_reports_both_figures(
     model_path: Path, rows: np.ndarray, bound_cpu: Target
 ) -> None:
-    latency = measure_latency(model_path, bound_cpu, rows, 4, max_runs=60, method="fp32")
+    latency = measure_latency(model_path, bound_cpu, rows, 4, max_runs=60, method="fp32-bound")
 
     assert (latency.backend, latency.timing) == ("ort-cpu-bound", "device-resident")
     assert latency.end_to_end_p50_ms > 0 and latency.runs > 0

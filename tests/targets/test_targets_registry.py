@@ -158,7 +158,7 @@ def _yaml(**changes: object) -> dict:
         ),
         (
             {"methods": None, "precisions": [8, 32]},
-            ("fp32", "int8-static", "int8-dynamic"),
+            ("fp32", "int8-dynamic", "int8-static"),
             (32, 8),
         ),
         ({"precisions": [32, 8]}, ("fp32", "int8-static"), (32, 8)),

@@ -1,25 +1,15 @@
-"""The quantization methods table: names, derived bit-widths, the old form, converters."""
+"""The quantization methods of the catalog: names, bit-widths, the old form, registration."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from automl.candidate import BITS as CANDIDATE_BITS
+from automl.catalog import METHODS, Method, get_method, legacy_bits, method_for, methods_for_bits
 from automl.errors import SpecError, UnsupportedQuantization
-from automl.pipeline import quantize as quantize_module
-from automl.pipeline.methods import (
-    BITS,
-    METHODS,
-    get_method,
-    method_for,
-    methods_for_bits,
-)
 
 
-def test_derived_bits_equal_the_old_bits() -> None:
-    assert BITS == (32, 16, 8, 4) == CANDIDATE_BITS == quantize_module.SUPPORTED_BITS
+def test_the_old_form_has_its_four_bit_widths() -> None:
+    assert legacy_bits() == (32, 16, 8, 4)
 
 
 @pytest.mark.parametrize(
@@ -47,16 +37,30 @@ def test_the_old_form_refuses_what_it_refused() -> None:
         method_for(8, "qat")
 
 
-def test_every_row_names_a_converter_of_the_quantize_stage() -> None:
-    assert {m.converter for m in METHODS.values()} == set(quantize_module._CONVERTERS)
+def test_every_method_has_its_own_converter_and_a_description() -> None:
+    for method in METHODS.values():
+        assert type(method).convert is not Method.convert, method.name
+        assert len(method.description) > 20, method.name
 
 
-def test_rows_are_frozen_with_distinct_names_and_cache_tags() -> None:
+def test_entries_are_frozen_with_distinct_names_and_cache_tags() -> None:
     assert all(name == m.name for name, m in METHODS.items())
     assert len({m.cache_tag for m in METHODS.values()}) == len(METHODS)
     assert METHODS["int8-static"].cache_tag == "qdq-u8s8-per-channel-reduce-range"
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="'fp32' is frozen"):
         METHODS["fp32"].bits = 16  # type: ignore[misc]
+
+
+def test_defining_a_method_registers_it_in_catalog_order(scratch_catalog) -> None:
+    class Int2Weight(Method):
+        """Two-bit weights, for this test."""
+
+        name, bits, cache_tag, backends = "int2-weight", 2, "int2", ("ort-cpu",)
+
+    assert list(METHODS)[-1] == "int2-weight"
+    assert get_method("int2-weight").bits == 2
+    with pytest.raises(SpecError, match="'int2-weight' is already registered"):
+        type("Again", (Method,), {"name": "int2-weight"})
 
 
 def test_calibration_is_declared_by_the_static_methods() -> None:
@@ -69,11 +73,11 @@ def test_methods_of_bit_widths_follow_the_old_form() -> None:
     assert methods_for_bits([32, 16, 8, 4]) == (
         "fp32",
         "fp16",
-        "int8-static",
         "int8-dynamic",
+        "int8-static",
         "int4-weight",
     )
-    assert methods_for_bits([8]) == ("int8-static", "int8-dynamic")
+    assert methods_for_bits([8]) == ("int8-dynamic", "int8-static")
 
 
 def test_unknown_method() -> None:

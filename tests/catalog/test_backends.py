@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from automl.catalog import BACKENDS, CPU, CUDA, METHODS, TRT, first_running, get_backend
 from automl.errors import SpecError
-from automl.pipeline.backends import BACKENDS, CPU, CUDA, TRT, first_running, get_backend
-from automl.pipeline.methods import METHODS
 
 
 def test_every_backend_runs_known_methods_on_known_devices() -> None:

@@ -1,0 +1,229 @@
+"""The two kinds of catalog entry, and the registries that defining one fills.
+
+A quantization method is a subclass of :class:`Method`, a latency backend a subclass of
+:class:`Backend`; ``__init_subclass__`` registers one instance of each, so defining the class is
+all it takes (Olive registers its passes the same way). Entries are data plus one entry
+function: nothing here imports onnx or onnxruntime, so the target registry checks names against
+the catalog at load, and a method's converter imports its tools when it runs.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from automl.errors import SpecError, UnsupportedQuantization
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    import numpy as np
+
+CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
+_METHODS: dict[str, Method] = {}
+_BACKENDS: dict[str, Backend] = {}
+METHODS: Mapping[str, Method] = MappingProxyType(_METHODS)
+BACKENDS: Mapping[str, Backend] = MappingProxyType(_BACKENDS)
+INT8_MODES = ("static", "dynamic")
+
+
+class _Entry:
+    """A catalog entry: one frozen instance per subclass, registered under its ``name``."""
+
+    name: ClassVar[str]
+    _registry: ClassVar[dict[str, Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:  # an abstract kind (Method, Backend), not an entry
+            return
+        if cls.name in cls._registry:
+            raise SpecError(f"{cls.__name__}: the name {cls.name!r} is already registered")
+        cls._registry[cls.name] = cls()
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"catalog entry {self.name!r} is frozen")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    @property
+    def description(self) -> str:
+        """The entry's docstring: what it does, in a sentence or two."""
+        return " ".join((type(self).__doc__ or "").split())
+
+
+class Method(_Entry):
+    """One way to quantize an fp32 ONNX graph.
+
+    Attributes:
+        name: Stable name, used in target YAMLs, trial records and cache keys.
+        bits: Bit-width of the weights (32, 16, 8 or 4).
+        needs_calibration: Whether :meth:`convert` needs calibration samples.
+        cache_tag: Identity of the recipe; a graph made under another tag is not reused.
+        backends: The latency backends that run its graphs.
+        provider_options: Options per execution provider that its graphs need (e.g.
+            TensorRT's precision flags).
+        unsafe_rewrites: ONNX Runtime graph rewrites that are wrong for its graphs.
+        legacy: Its ``(bits, int8_mode)`` in the old vocabulary, if it has one.
+        accuracy_drop: The largest test-accuracy drop from fp32 that it may cost a small
+            trained model, its graph run as written (the contract tests hold it to that).
+    """
+
+    _registry = _METHODS
+    bits: ClassVar[int]
+    needs_calibration: ClassVar[bool] = False
+    cache_tag: ClassVar[str]
+    backends: ClassVar[tuple[str, ...]]
+    provider_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
+    unsafe_rewrites: ClassVar[tuple[str, ...]] = ()
+    legacy: ClassVar[tuple[int, str | None] | None] = None
+    accuracy_drop: ClassVar[float] = 0.02
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _sorted(_METHODS, _catalog_order)
+
+    def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
+        """Write ``src`` quantized by this method at ``dst``.
+
+        ``calibration`` is cast to the graph's input type, and given when
+        :attr:`needs_calibration`. Tool failures raise :class:`UnsupportedQuantization`.
+        """
+        raise NotImplementedError
+
+
+class Backend(_Entry):
+    """One way to run and time a quantized graph.
+
+    Attributes:
+        name: Stable name, used in target YAMLs and trial records.
+        providers: The session's execution providers, in order; compute nodes must run on
+            the first (see :func:`automl.pipeline.placement.check_placement`).
+        device: Where the graph runs: ``"cpu"`` or ``"cuda"``.
+        on_device: Timed device-resident (inputs and outputs bound on ``device``), rather than
+            host to host.
+        install: The command that installs its runtime, for refusals.
+        placed_ops: Operators that, beside compute (see
+            :func:`automl.pipeline.placement.is_compute`), must run on the first provider.
+        session_options: Options per provider that every session of it takes.
+        graph_options: Options per provider that replay runs as a CUDA graph.
+    """
+
+    _registry = _BACKENDS
+    providers: ClassVar[tuple[str, ...]]
+    device: ClassVar[str]
+    on_device: ClassVar[bool]
+    install: ClassVar[str]
+    placed_ops: ClassVar[tuple[str, ...]] = ()
+    session_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
+    graph_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
+
+    @property
+    def provider(self) -> str:
+        """The provider that must run the compute nodes."""
+        return self.providers[0]
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The methods that declare this backend, in catalog order."""
+        return tuple(name for name, m in METHODS.items() if self.name in m.backends)
+
+    def provider_options(
+        self, method: str, cache_dir: Path | None = None, *, cuda_graph: bool = False
+    ) -> dict[str, dict[str, str]]:
+        """Options per provider for a session of a ``method`` graph.
+
+        Args:
+            method: The graph's quantization method; it must be one of :attr:`methods`.
+            cache_dir: Where the provider may keep compiled engines (a folder of the stage
+                cache); ``None`` builds every engine anew.
+            cuda_graph: Replay runs as a CUDA graph (device-resident timing only).
+
+        Raises:
+            SpecError: The backend does not run ``method``.
+        """
+        if method not in self.methods:
+            raise SpecError(
+                f"backend {self.name!r} does not run method {method!r}; it runs "
+                f"{', '.join(self.methods)}"
+            )
+        layers = [self.session_options, METHODS[method].provider_options]
+        layers += [self.graph_options] if cuda_graph else []
+        layers += [self.cache_options(cache_dir)] if cache_dir is not None else []
+        merged = {p: {k: v for layer in layers for k, v in layer.get(p, {}).items()}
+                  for p in self.providers}  # fmt: skip
+        return {p: options for p, options in merged.items() if options}
+
+    def cache_options(self, cache_dir: Path) -> Mapping[str, Mapping[str, str]]:
+        """Options per provider that keep compiled engines in ``cache_dir``; none by default."""
+        return {}
+
+
+def _sorted(registry: dict[str, Any], key: Any) -> None:
+    """Keep ``registry`` in catalog order after a registration."""
+    entries = sorted(registry.values(), key=key)
+    registry.clear()
+    registry.update((e.name, e) for e in entries)
+
+
+def _catalog_order(method: Method) -> tuple[Any, ...]:
+    """Widest bits first; within a width, the old form's methods, then by name."""
+    return (-method.bits, method.legacy is None, method.name)
+
+
+def get_method(name: str) -> Method:
+    """The method called ``name``.
+
+    Raises:
+        SpecError: No method has that name; the message lists the known ones.
+    """
+    if name not in METHODS:
+        raise SpecError(f"unknown quantization method {name!r}; known: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``.
+
+    Raises:
+        SpecError: No backend has that name; the message lists the known ones.
+    """
+    if name not in BACKENDS:
+        raise SpecError(f"unknown latency backend {name!r}; known: {', '.join(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def first_running(backends: Sequence[str], method: str) -> Backend | None:
+    """The first of ``backends`` (names) that runs ``method``; ``None`` when none does."""
+    return next((b for b in map(get_backend, backends) if method in b.methods), None)
+
+
+def legacy_bits() -> tuple[int, ...]:
+    """The bit-widths of the old ``(bits, int8_mode)`` form, widest first."""
+    return tuple(sorted({m.legacy[0] for m in METHODS.values() if m.legacy}, reverse=True))
+
+
+def method_for(bits: int, int8_mode: str = "static") -> Method:
+    """The method of the old form: a bit-width, and for 8 bits an ``int8_mode``.
+
+    This is the one place where the old vocabulary becomes a method.
+
+    Raises:
+        UnsupportedQuantization: ``bits`` is not one of :func:`legacy_bits`.
+        SpecError: ``bits`` is 8 and ``int8_mode`` is unknown.
+    """
+    if bits not in legacy_bits():
+        raise UnsupportedQuantization(
+            f"bits={bits} is not supported; choose one of {legacy_bits()}"
+        )
+    if bits == 8 and int8_mode not in INT8_MODES:
+        raise SpecError(f"int8_mode={int8_mode!r} is unknown; choose one of {INT8_MODES}")
+    wanted = (bits, int8_mode if bits == 8 else None)
+    return next(m for m in METHODS.values() if m.legacy == wanted)
+
+
+def methods_for_bits(bits: Sequence[int]) -> tuple[str, ...]:
+    """The old form's methods of these bit-widths, in catalog order (for ``precisions:``)."""
+    return tuple(m.name for m in METHODS.values() if m.legacy and m.legacy[0] in bits)

@@ -1,0 +1,1 @@
+"""Latency backends, one file each (see :class:`automl.catalog.Backend`)."""

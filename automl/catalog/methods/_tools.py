@@ -1,0 +1,114 @@
+"""What the converters share: ORT's pre-processing, static QDQ, and tool failures as errors."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import tempfile
+from contextlib import contextmanager, redirect_stdout
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from automl.errors import UnsupportedQuantization
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import numpy as np
+
+_CALIBRATION_BATCH = 128
+# quantize_static's warnings about what a recipe intends (see _quiet_expected_warnings).
+_EXPECTED_WARNINGS = ("is out-of-range for weight", "does not support quantization to float 8")
+
+
+@contextmanager
+def tool_failure(step: str) -> Iterator[None]:
+    """Re-raise any failure of a third-party tool as UnsupportedQuantization."""
+    try:
+        yield
+    # The ORT tools raise anything from AssertionError to RuntimeError on graphs they can't handle.
+    except Exception as e:
+        raise UnsupportedQuantization(f"{step} failed: {type(e).__name__}: {e}") from e
+
+
+def pre_process(src: Path, dst: Path) -> Path:
+    """Shape inference and graph cleanup that ORT recommends before int8 quantization."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with tool_failure("onnxruntime quant_pre_process"):
+        quant_pre_process(src, dst)
+    return dst
+
+
+def to_qdq(
+    src: Path,
+    dst: Path,
+    calibration: np.ndarray,
+    *,
+    activations: str,
+    weights: str = "QInt8",
+    calibrate: str = "MinMax",
+    reduce_range: bool = False,
+    extra: dict[str, bool] | None = None,
+) -> None:
+    """Static QDQ quantization with per-channel weights, calibrated on ``calibration``.
+
+    ``activations`` and ``weights`` name a ``QuantType``, ``calibrate`` a ``CalibrationMethod``.
+    """
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = pre_process(src, Path(tmp) / "pre.onnx")
+        graph = onnx.load(pre).graph
+        weights_names = {i.name for i in graph.initializer}
+        name = next(i.name for i in graph.input if i.name not in weights_names)
+        reader = _ArrayReader(name, calibration)
+        with tool_failure("onnxruntime quantize_static"), _quiet_expected_warnings():
+            quantize_static(
+                pre,
+                dst,
+                reader,
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                reduce_range=reduce_range,
+                weight_type=getattr(QuantType, weights),
+                activation_type=getattr(QuantType, activations),
+                calibrate_method=getattr(CalibrationMethod, calibrate),
+                extra_options=extra or {},
+            )
+
+
+class _ArrayReader:
+    """CalibrationDataReader over an in-memory array, in fixed-size batches."""
+
+    def __init__(self, input_name: str, data: np.ndarray) -> None:
+        batches = (
+            data[i : i + _CALIBRATION_BATCH] for i in range(0, len(data), _CALIBRATION_BATCH)
+        )
+        self._feeds = iter([{input_name: b} for b in batches])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._feeds, None)
+
+
+@contextmanager
+def _quiet_expected_warnings() -> Iterator[None]:
+    """Drop two root-logger warnings of ``quantize_static`` about what is intended.
+
+    Per-channel QDQ has no channel axis for a 1-D weight (a LayerNorm's scale), so ORT quantizes
+    it per tensor and warns once per layer; float8 needs opset 19, so ORT raises the opset and
+    warns. The Distribution calibrator's progress lines go to stderr, off the CLI's stdout.
+    """
+
+    def keep(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(w in message for w in _EXPECTED_WARNINGS)
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        root.removeFilter(keep)

@@ -1,0 +1,34 @@
+"""``int8-trt``: TensorRT's explicit int8 quantization."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from automl.catalog._registry import TRT, Method
+from automl.catalog.methods._tools import to_qdq
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import numpy as np
+
+
+class Int8Trt(Method):
+    """QDQ with signed, symmetric int8 (zero points 0) and per-channel weights; biases stay
+    float, as TensorRT has no int32 dequantization to fold them from. Layers outside Q/DQ pairs
+    may run in fp16 (TensorRT's "best" mode), never fp32 as TF32 alone."""
+
+    name = "int8-trt"
+    bits = 8
+    needs_calibration = True
+    cache_tag = "qdq-s8s8-symmetric-per-channel-float-bias"
+    backends = ("ort-tensorrt",)
+    provider_options = MappingProxyType(
+        {TRT: {"trt_int8_enable": "True", "trt_fp16_enable": "True"}}
+    )
+
+    def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
+        assert calibration is not None
+        extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
+        to_qdq(src, dst, calibration, activations="QInt8", extra=extra)
