@@ -1,4 +1,4 @@
-"""The import contract: layers import one way (the README's "Architecture" section)."""
+"""The import contract: layers import one way (docs/architecture.md)."""
 
 from __future__ import annotations
 

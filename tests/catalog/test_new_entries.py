@@ -1,4 +1,5 @@
-"""A method defined outside the catalog's folder is picked up by the contract suite as it is."""
+"""A method defined outside the catalog's folder is picked up by the contract suite as it is:
+the one that docs/architecture.md shows how to add."""
 
 from __future__ import annotations
 
@@ -9,25 +10,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# A real recipe the catalog lacks: signed int8 activations and weights, symmetric, per channel.
-THROWAWAY = '''
-from automl.catalog import Method
-from automl.catalog.methods._tools import to_qdq
 
 
-class Int8Symmetric(Method):
-    """QDQ S8S8, symmetric activations: a method defined by a test."""
-
-    name, bits, needs_calibration = "int8-symmetric", 8, True
-    cache_tag, backends = "qdq-s8s8-symmetric", ("ort-cpu",)
-
-    def convert(self, src, dst, calibration):
-        to_qdq(src, dst, calibration, activations="QInt8", extra={"ActivationSymmetric": True})
-'''
+def documented_method() -> str:
+    """The method that docs/architecture.md shows how to add, as its code block gives it."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    return re.search(r"```python\n(from automl\.catalog import Method\n.*?)```", page, re.S)[1]
 
 
 def test_a_method_defined_by_a_plugin_is_tested_by_the_contract_suite(tmp_path: Path) -> None:
-    (tmp_path / "throwaway_method.py").write_text(THROWAWAY)
+    (tmp_path / "throwaway_method.py").write_text(documented_method())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "tests")])}
     suite = "tests/catalog/test_method_contract.py"
     command = [sys.executable, "-m", "pytest", suite, "-p", "throwaway_method", "-q"]
