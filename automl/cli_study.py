@@ -112,27 +112,16 @@ def start(
     }  # fmt: skip
     try:
         from automl.fleet.local import run_here
-        from automl.search.compat import study_methods
-        from automl.service.studies import create_study
-        from automl.service.studies import retry_failed as forgive_failures
-        from automl.targets import is_present, load_target, require_present
-        from automl.trials.model_check import check_study_model
+        from automl.fleet.preflight import prepare_studies
 
         store = open_cli_storage(storage) if _names_a_study(spec_file, target, overrides) else None
         specs = store and _stored_spec(store, overrides)
         specs = specs or _specs_per_target(spec_file, target, overrides)
-        runnable = [s for s in specs if is_present(load_target(s.target), methods=study_methods(s))]
-        if not detach and not runnable:
-            require_present(load_target(specs[0].target), study_methods(specs[0]))
         store = store or open_cli_storage(storage)
-        if not detach:  # a dead tracking server is refused before any study is created
-            _open_tracking(mlflow_uri, runnable)
-        for spec in specs:
-            if not detach:  # a detached study's data and weights may be on its workers only
-                check_study_model(spec)
-            create_study(spec, store, check_data=not detach)
-            if retry_failed:
-                forgive_failures(spec.name, store)
+        tracking = _tracking_uri(mlflow_uri)
+        runnable = prepare_studies(
+            specs, store, detach=detach, forgive_failures=retry_failed, tracking_uri=tracking
+        )
     except AutomlError as e:
         raise fail(e) from None
     except KeyboardInterrupt:
@@ -157,21 +146,20 @@ def start(
         raise typer.Exit(code)
 
 
-def _open_tracking(mlflow_uri: str | None, specs: list) -> None:
-    """Check the MLflow store and create each study's experiment before any trial runs.
+def _tracking_uri(mlflow_uri: str | None) -> str | None:
+    """The MLflow URI of ``--mlflow-uri`` or the settings.
 
-    The URI goes into the environment, where the ``--jobs`` helper processes read their settings.
+    A given URI goes into the environment, where the ``--jobs`` helper processes read their
+    settings.
     """
     import os
 
-    from automl.fleet.tracking import tracker
     from automl.settings import get_settings
 
     if mlflow_uri is not None:
         os.environ["AUTOML_MLFLOW_URI"] = mlflow_uri
         get_settings.cache_clear()
-    for spec in specs:
-        tracker(get_settings().mlflow_uri, spec)
+    return get_settings().mlflow_uri
 
 
 class _Interrupted(KeyboardInterrupt):

@@ -125,14 +125,11 @@ def optimize(
         TargetUnavailable: The target is not on this machine.
         StorageUnavailable: The storage cannot be reached.
     """
-    from automl.fleet.tracking import check_reachable
+    from automl.fleet.preflight import prepare_studies
     from automl.progress import choose_bar
-    from automl.search.compat import study_methods
     from automl.service import studies
     from automl.storage.factory import open_artifact_store, open_storage
     from automl.study_result import StudyResult
-    from automl.targets import load_target, require_present
-    from automl.trials.model_check import check_study_model
 
     settings = _settings(artifacts_dir, mlflow_uri)
     store = open_storage(storage or settings.storage, settings)
@@ -145,15 +142,11 @@ def optimize(
         "standardize": standardize,
     }  # fmt: skip
     study_spec = _study_spec(spec, _given(overrides), store)
-    require_present(load_target(study_spec.target), study_methods(study_spec))
-    check_study_model(study_spec)
-    if settings.mlflow_uri:  # before the study exists: a dead server would leave it queued
-        check_reachable(settings.mlflow_uri)
     bar = choose_bar(progress)
     with _optuna_logs_quiet(not verbose):  # the bar tells the story
-        studies.create_study(study_spec, store)
-        if retry_failed:
-            studies.retry_failed(study_spec.name, store)
+        prepare_studies(
+            [study_spec], store, forgive_failures=retry_failed, tracking_uri=settings.mlflow_uri
+        )
         ended = _run(study_spec.name, store, settings, bar)
     artifact_store = open_artifact_store(settings)
     if ended in _FINISHED and remeasure:
