@@ -28,16 +28,19 @@ install-gpu: $(STAMP)
 study: $(STAMP)
 	$(BIN)/automl study start studies/digits.yaml
 
+# Tests run in TEST_WORKERS processes (pytest-xdist): the two cores of the CI machine by default.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	bash .ci/chromium.sh
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 # Unit and contract tests only, for a quick check while working (docs/contributing.md); CI runs
 # `make test`.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -m "not slow and not e2e" --durations=10
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow and not e2e" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from api.errors import ApiError
 from api.model_check import check_model
-from automl.data import BUILTIN_DATASETS
+from automl.inputs.data import BUILTIN_DATASETS
 from automl.search.space import list_spaces
 from automl.search.spec import parse_spec
 from automl.targets import list_targets

@@ -10,6 +10,7 @@ from urllib.parse import quote
 from fastapi.responses import Response
 
 from api.schemas import ParetoOut
+from automl.records import front_columns
 
 if TYPE_CHECKING:
     from automl.service.read import Front
@@ -19,9 +20,15 @@ API_MODEL_HREF = "/v1/studies/{name}/trials/{number}/model"
 
 
 def front_csv(study: str, front: Front) -> str:
-    """The front as CSV: trial number, every param and metric, and the model's URL."""
+    """The front as CSV: trial number, every param and metric, and the model's URL.
+
+    Metrics come in the order of the front's columns (see :func:`automl.records.front_columns`),
+    then the others by name.
+    """
     params = sorted({key for record in front.trials for key in record["params"]})
-    metrics = sorted({key for record in front.trials for key in record["metrics"]})
+    recorded = {key for record in front.trials for key in record["metrics"]}
+    shown = [c.key for c in front_columns(front.spec.model is not None) if c.key in recorded]
+    metrics = [*shown, *sorted(recorded - set(shown))]
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["number", *params, *metrics, "model"])

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from api.policy import public_spec
-from automl.records import TrialStateName
+from automl.records import TrialStateName, front_columns
 from automl.search.spec import StudySpec
 from automl.service.read import waiting_reason
 from automl.service.studies import StudyInfo
@@ -149,11 +149,20 @@ class ObjectiveOut(BaseModel):
     direction: Literal["maximize", "minimize"]
 
 
+class ColumnOut(BaseModel):
+    """A metric as the CLI and the report show it: the same labels, units and order."""
+
+    key: str = Field(description="the metric's name in each trial's metrics")
+    label: str
+    unit: str
+
+
 class ParetoOut(BaseModel):
     """The non-dominated feasible trials of a study."""
 
     study: str
     objectives: list[ObjectiveOut]
+    columns: list[ColumnOut] = Field(description="the front's columns, as the report shows them")
     trials: list[TrialOut]
 
     @classmethod
@@ -163,6 +172,10 @@ class ParetoOut(BaseModel):
             study=study,
             objectives=[
                 ObjectiveOut(metric=o.metric, direction=o.direction) for o in front.spec.objectives
+            ],
+            columns=[
+                ColumnOut(key=c.key, label=c.label, unit=c.unit)
+                for c in front_columns(front.spec.model is not None)
             ],
             trials=[TrialOut.of(study, record) for record in front.trials],
         )

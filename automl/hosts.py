@@ -1,9 +1,15 @@
-"""Facts about network hosts that the dashboard and the API both need."""
+"""Facts about hosts that the dashboard, the API and the workers need."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+
+
+def worker_name(pid: int | None = None) -> str:
+    """``host:pid`` of a process of this machine (this one by default), as trials record it."""
+    return f"{socket.gethostname()}:{pid or os.getpid()}"
 
 
 def is_loopback(host: str) -> bool:

@@ -260,7 +260,7 @@ def _model(
         return None if model is None else {**model, **paths}
     from torch import nn
 
-    from automl.trained_model import save_module
+    from automl.inputs.trained_model import save_module
 
     if isinstance(model, nn.Module):
         return save_module(model, settings.artifacts_dir / "models")
@@ -285,7 +285,7 @@ def save_arrays(arrays: Mapping[str, Any], folder: Path) -> Path:
     The same arrays always give the same absolute path, so that a study on them resumes.
 
     Args:
-        arrays: The ``.npz`` keys (see :func:`automl.data.load_dataset`) and their arrays.
+        arrays: The ``.npz`` keys (see :func:`automl.inputs.data.load_dataset`) and their arrays.
         folder: Where the file goes; created if missing.
 
     Returns:

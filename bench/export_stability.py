@@ -29,8 +29,8 @@ from pathlib import Path
 import optuna
 from optuna.artifacts import download_artifact
 
-from automl.data import load_dataset
 from automl.errors import AutomlError
+from automl.inputs.data import load_dataset
 from automl.pipeline.latency import measure_latency
 from automl.records import ARTIFACT_ID
 from automl.service.read import pareto_front

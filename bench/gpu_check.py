@@ -38,8 +38,8 @@ import numpy as np
 
 from automl.candidate import ArchConfig, TrainConfig
 from automl.catalog import CPU, CUDA, TRT, get_backend, get_method
-from automl.data import load_dataset
 from automl.errors import AutomlError, TrialFailed
+from automl.inputs.data import load_dataset
 from automl.models import build_model
 from automl.pipeline._ort import make_session
 from automl.pipeline.export import export_onnx

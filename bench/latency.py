@@ -26,7 +26,7 @@ import numpy as np
 
 from automl.candidate import ArchConfig, TrainConfig
 from automl.catalog import method_for
-from automl.data import load_dataset
+from automl.inputs.data import load_dataset
 from automl.models import build_model
 from automl.pipeline.export import export_onnx
 from automl.pipeline.quantize import quantize

@@ -41,7 +41,7 @@ def digits_cnn() -> nn.Module:
 def pretrain(path: Path, epochs: int) -> float:
     """Train the model on digits, save its state dict; returns its validation accuracy."""
     from automl.candidate import TrainConfig
-    from automl.data import load_dataset
+    from automl.inputs.data import load_dataset
     from automl.pipeline.train import train
 
     result = train(digits_cnn(), load_dataset("digits"), TrainConfig(epochs=epochs))

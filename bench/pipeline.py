@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python -m bench.pipeline [--repeats 3] [--target cpu] [--only text]``.
 Shares are taken side by side in one run, so they hold on a noisy machine. The digits rows run
 on the built-in digits; the rows of the shipped spaces (signals-cnn, images-resnet,
-text-transformer) on the synthetic data of :mod:`automl.synthetic`, each with a candidate of
+text-transformer) on the synthetic data of :mod:`automl.inputs.synthetic`, each with a candidate of
 its space trained for the space's epochs.
 """
 
@@ -14,7 +14,7 @@ import statistics
 import tempfile
 
 from automl.candidate import ArchConfig, Candidate, TrainConfig
-from automl.data import load_dataset
+from automl.inputs.data import load_dataset
 from automl.targets import load_target
 from automl.trials.trial import run_trial
 
@@ -29,21 +29,21 @@ ROWS = {
         Candidate(ArchConfig("mlp", 64, 2), pruning_ratio=0.3),
     ),
     "signals-cnn (1, 64) w16 d2 stages2 x2 k5 prune0.3 int8-static b8": (
-        "automl.synthetic:signals",
+        "automl.inputs.synthetic:signals",
         Candidate(
             ArchConfig("cnn", 16, 2, kernel_size=5, stages=2, width_growth=2.0),
             pruning_ratio=0.3, method="int8-static", batch_size=8, train=TrainConfig(epochs=8),
         ),
     ),
     "images-resnet (3, 32, 32) w16 d1 stages3 x2 prune0.3 int8-static b8": (
-        "automl.synthetic:images",
+        "automl.inputs.synthetic:images",
         Candidate(
             ArchConfig("resnet", 16, 1, stages=3, width_growth=2.0),
             pruning_ratio=0.3, method="int8-static", batch_size=8, train=TrainConfig(epochs=6),
         ),
     ),
     "text-transformer (16,) w64 d2 h4 mlp2 prune0.25 int8-dynamic b8": (
-        "automl.synthetic:tokens",
+        "automl.inputs.synthetic:tokens",
         Candidate(
             ArchConfig("transformer", 64, 2, heads=4, mlp_ratio=2.0),
             pruning_ratio=0.25, method="int8-dynamic", batch_size=8,

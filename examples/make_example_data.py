@@ -10,7 +10,7 @@
 - ``tokens.npz``: ``x_*`` int64 (N, 16) token ids and ``vocab_size`` 32 (the transformer).
 
 Every file has ``y_train`` and ``y_test`` (int64 labels 0..K-1) and ``class_names``. The tasks
-are those of :mod:`automl.synthetic`: a motif or a glyph at a random position, and the order
+are those of :mod:`automl.inputs.synthetic`: a motif or a glyph at a random position, and the order
 of two marker tokens.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from automl import synthetic
+from automl.inputs import synthetic
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import yaml
 from optuna.artifacts import FileSystemArtifactStore
 
 from automl.catalog import _registry as catalog_registry
-from automl.data import Dataset, load_dataset
+from automl.inputs.data import Dataset, load_dataset
 from automl.search.spec import parse_spec
 from automl.service.studies import create_study
 from automl.settings import Settings
@@ -236,7 +236,7 @@ def cli(tmp_path):
         "AUTOML_ARTIFACTS_DIR": str(tmp_path / "artifacts"),
         "AUTOML_HEARTBEAT_INTERVAL_S": "1",
         "AUTOML_GRACE_PERIOD_S": "3",
-        "COLUMNS": "200",
+        "COLUMNS": "320",
     }
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from automl import synthetic
-from automl.data import Dataset, load_dataset
+from automl.inputs import synthetic
+from automl.inputs.data import Dataset, load_dataset
 
 
 @pytest.fixture(scope="session")

@@ -65,7 +65,7 @@ def test_the_catalog_and_the_targets_import_no_layer(leaf: str) -> None:
 
 
 def _unit(module: str) -> str | None:
-    """The package (``automl.pipeline``), top-level module (``automl.data``) or ``api`` that
+    """The package (``automl.pipeline``), top-level module (``automl.inputs.data``) or ``api`` that
     ``module`` belongs to; ``None`` outside ours."""
     parts = module.split(".")
     if parts[0] not in ("automl", "api"):
@@ -128,3 +128,8 @@ def test_the_api_imports_neither_torch_nor_the_study_loop() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_top_of_automl_holds_at_most_twelve_modules() -> None:
+    modules = sorted(p.name for p in (ROOT / "automl").glob("*.py"))
+    assert len(modules) <= 12, modules

@@ -57,3 +57,18 @@ def test_the_wheel_ships_its_spaces_and_runs_a_trial(tmp_path: Path) -> None:
     done = subprocess.run(start, cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "ended: done" in done.stdout
+
+
+def test_every_package_of_the_source_is_listed_for_the_wheel() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(root).parts)
+        for top in ("automl", "api")
+        for init in (root / top).rglob("__init__.py")
+    }
+    assert found - listed == set(), "add them to [tool.setuptools] packages in pyproject.toml"

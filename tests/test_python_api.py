@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 import automl
-from automl import synthetic
 from automl.errors import DataError, SpecError, StorageUnavailable
+from automl.inputs import synthetic
 from automl.python_api import save_arrays
 from automl.search.spec import StudySpec
 from automl.service.studies import StudyNotFound

@@ -13,10 +13,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import optuna
+from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from automl.fleet.study_loop import GracefulStop, LoopResult, run_study_loop, storage_unreachable
+from automl.hosts import worker_name
 from automl.progress import rich_progress
+from automl.records import FAIL_REASON, WORKER
 from automl.report.tables import front_table
 from automl.service.read import pareto_front
 from automl.service.studies import load, state_counts
@@ -25,6 +28,7 @@ from automl.storage.factory import open_artifact_store, open_storage
 from automl.targets import load_target
 from automl.targets.gpus import list_gpus, pin_this_process, worker_environment
 from automl.targets.presence import serves_any
+from automl.trials.objective import INTERRUPTED
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -173,6 +177,7 @@ def run_local(
                     process.join()
     except KeyboardInterrupt:
         _abort_helpers(helpers)
+        _fail_abandoned(storage, study._study_id, helpers)
         raise
     finally:
         stop.uninstall()
@@ -226,6 +231,20 @@ def _abort_helpers(helpers: list[BaseProcess], grace_s: float = 60.0) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+
+
+def _fail_abandoned(storage: BaseStorage, study_id: int, helpers: list[BaseProcess]) -> None:
+    """Mark FAIL the trials that aborted helpers left RUNNING.
+
+    An abort raised while torch runs Python from C++ ends a helper with ``std::terminate``,
+    before Optuna can mark its trial; the trials say which process ran them.
+    """
+    ours = {worker_name(process.pid) for process in helpers}
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    for trial in running:
+        if trial.user_attrs.get(WORKER) in ours:
+            storage.set_trial_user_attr(trial._trial_id, FAIL_REASON, INTERRUPTED)
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
 
 def _worker_process(name: str, url: str, index: int, environment: dict[str, str]) -> None:

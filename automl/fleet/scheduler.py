@@ -8,8 +8,6 @@ stays queued for a worker on the right hardware (``automl worker --target …``)
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 import zlib
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ import optuna
 
 from automl.errors import AutomlError
 from automl.fleet.study_loop import run_study_loop, storage_unreachable
+from automl.hosts import worker_name
 from automl.service.read import target_present
 from automl.service.studies import (
     REFUSED_ATTR,
@@ -161,7 +160,7 @@ def _serve(
 
 def _worker_offset() -> int:
     """A sampler seed offset of this process: workers started together must not draw alike."""
-    return zlib.crc32(f"{socket.gethostname()}:{os.getpid()}".encode()) % 1_000_003
+    return zlib.crc32(worker_name().encode()) % 1_000_003
 
 
 def _sleep(seconds: float, stop: GracefulStop) -> None:

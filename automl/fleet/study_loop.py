@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
-from automl.data import cached_dataset
 from automl.errors import Aborted, InputRefused
 from automl.fleet.tracking import tracker
+from automl.inputs.data import cached_dataset
 from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
 from automl.search.spec import MAX_SEED

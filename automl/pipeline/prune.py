@@ -17,7 +17,7 @@ from automl.pipeline.train import logits_of, train
 if TYPE_CHECKING:
     from torch import nn
 
-    from automl.data import Dataset
+    from automl.inputs.data import Dataset
 
 
 @dataclass(frozen=True)

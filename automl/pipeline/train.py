@@ -12,7 +12,7 @@ from torch import nn
 from automl.candidate import TrainConfig
 
 if TYPE_CHECKING:
-    from automl.data import Dataset
+    from automl.inputs.data import Dataset
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from string import Template
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from automl.records import BASELINE
+from automl.records import BASELINE, front_columns
 from automl.service.read import pareto_front
 from automl.service.studies import get_study, load
 
@@ -37,24 +37,6 @@ if TYPE_CHECKING:
 
 FRONT_DATA_ID = "front-data"
 MODEL_HREF = "models/trial-{number}.onnx"
-_COLUMNS = (
-    ("accuracy", "val accuracy", "{:.4f}"),
-    ("test_accuracy", "test accuracy", "{:.4f}"),
-    ("accuracy_gap", "val − test", "{:+.4f}"),
-    ("latency_p50_ms", "p50 ms", "{:.4g}"),
-    ("latency_p99_ms", "p99 ms", "{:.4g}"),
-    ("latency_per_sample_ms", "ms/sample", "{:.4g}"),
-    ("throughput_sps", "samples/s", "{:,.0f}"),
-    ("size_mb", "MB", "{:.4f}"),
-    ("macs", "MACs", "{:,.0f}"),
-)
-# Against the baseline, in a trained model's study.
-_BASELINE_COLUMNS = (
-    ("speedup", "speedup", "{:.2f}×"),
-    ("speedup_same_batch", "at the same batch", "{:.2f}×"),
-    ("accuracy_drop", "accuracy drop", "{:+.4f}"),
-    ("size_ratio", "size ratio", "{:.3f}"),
-)
 _SPLITS_NOTE = (
     "Accuracy is that of the exported model in ONNX Runtime. The search optimised it on the "
     "validation split, so the front's validation accuracies are chosen, and optimistic; the "
@@ -253,20 +235,19 @@ def _summary(info: StudyInfo, spec: StudySpec, complete: list[FrozenTrial]) -> s
 def _front_table(front: list[dict], name: str, model_href: str, spec: StudySpec) -> str:
     if not front:
         return _note("No feasible complete trial yet: the front is empty.")
-    columns = (*_BASELINE_COLUMNS, *_COLUMNS) if spec.model else _COLUMNS
+    columns = front_columns(spec.model is not None)
     rows = []
     for record in front:
-        metrics = _with_gap(record["metrics"])
         link = model_href.format(name=quote(name, safe=""), number=record["number"])
         rows.append(
             [
                 str(record["number"]),
                 _knobs_cell(record),
-                *(_e(fmt.format(metrics[k])) if k in metrics else "" for k, _, fmt in columns),
+                *(_e(column.text(record["metrics"]) or "") for column in columns),
                 f'<a href="{_e(link)}">model</a>' if record["artifact_id"] else "",
             ]
         )
-    header = ["trial", "knobs", *(label for _, label, _ in columns), "model"]
+    header = ["trial", "knobs", *(column.label for column in columns), "model"]
     return _table(header, rows, numeric=range(2, 2 + len(columns)))
 
 
@@ -276,12 +257,6 @@ def _knobs_cell(record: dict) -> str:
         return knobs
     where = "" if record.get("on_front", True) else ", not on the front"
     return f"<b>baseline</b> (the unmodified model{where}): {knobs}"
-
-
-def _with_gap(metrics: dict[str, float]) -> dict[str, float]:
-    if "accuracy" not in metrics or "test_accuracy" not in metrics:
-        return metrics
-    return {**metrics, "accuracy_gap": metrics["accuracy"] - metrics["test_accuracy"]}
 
 
 def knobs_text(params: dict[str, object]) -> str:

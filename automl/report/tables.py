@@ -9,31 +9,13 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from automl.records import front_columns
+
 if TYPE_CHECKING:
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.service.studies import StudyInfo
     from automl.targets import Target
-
-# Accuracy on the validation split (what the search optimised) and on the test split (held out).
-_FRONT_COLUMNS = (
-    ("accuracy", "val acc", "{:.3f}"),
-    ("test_accuracy", "test acc", "{:.3f}"),
-    ("latency_per_sample_ms", "ms/sample", "{:.4g}"),
-    ("latency_p50_ms", "p50 ms", "{:.4g}"),
-    ("latency_p99_ms", "p99 ms", "{:.4g}"),
-    ("throughput_sps", "samples/s", "{:,.0f}"),
-    ("size_mb", "MB", "{:.4f}"),
-    ("macs", "MACs", "{:,.0f}"),
-)
-
-
-# Against the baseline, in a trained model's study.
-_BASELINE_COLUMNS = (
-    ("speedup", "speedup", "{:.2f}x"),
-    ("speedup_same_batch", "at the same batch", "{:.2f}x"),
-    ("accuracy_drop", "acc drop", "{:+.3f}"),
-)
 
 
 def targets_table(rows: list[tuple[Target, bool]]) -> Table:
@@ -120,20 +102,16 @@ def front_table(front: list[dict], spec: StudySpec) -> Table:
     A trained model's study shows its baseline too, marked, and each row's speedup and
     accuracy drop against it.
     """
-    columns = (*_BASELINE_COLUMNS, *_FRONT_COLUMNS) if spec.model else _FRONT_COLUMNS
+    columns = front_columns(spec.model is not None, brief=True)
     shown = sum(1 for t in front if t.get("on_front", True))
     table = Table(title=f"Pareto front of {spec.name} on {spec.target} ({shown} trials)")
-    table.add_column("trial", justify="right")
-    table.add_column("candidate")
-    for _, header, _ in columns:
-        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("trial", justify="right", min_width=5)
+    table.add_column("candidate", min_width=28)
+    for column in columns:
+        table.add_column(column.label, justify="right", no_wrap=True)
     for trial in front:
-        metrics = trial["metrics"]
-        table.add_row(
-            str(trial["number"]),
-            _marked(trial),
-            *(_cell(metrics, key, fmt) for key, _, fmt in columns),
-        )
+        cells = (column.text(trial["metrics"]) or "-" for column in columns)
+        table.add_row(str(trial["number"]), _marked(trial), *cells)
     return table
 
 
@@ -142,10 +120,6 @@ def _marked(trial: dict) -> str:
         return describe(trial)
     where = "" if trial.get("on_front", True) else ", not on the front"
     return f"[bold]baseline[/] (unmodified{where}): {describe(trial)}"
-
-
-def _cell(metrics: dict, key: str, fmt: str) -> str:
-    return fmt.format(metrics[key]) if key in metrics else "-"
 
 
 def describe(record: dict) -> str:

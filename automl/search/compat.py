@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from automl.candidate import ArchConfig
-    from automl.data import Dataset
+    from automl.inputs.data import Dataset
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.targets import Target

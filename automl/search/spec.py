@@ -308,7 +308,7 @@ class StudySpec(BaseModel):
 
     @property
     def data_args(self) -> dict:
-        """The keyword arguments of :func:`automl.data.cached_dataset` for this study."""
+        """The keyword arguments of :func:`automl.inputs.data.cached_dataset` for this study."""
         return {
             "source": self.dataset,
             "seed": self.seed,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
+from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.records import ARTIFACT_ID
 from automl.search.spec import RECORDED_METRICS
 from automl.service.read import model_trial

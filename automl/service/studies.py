@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from automl.data import BUILTIN_DATASETS, check_source_form, load_dataset
 from automl.errors import AutomlError, SpecError
+from automl.inputs.data import BUILTIN_DATASETS, check_source_form, load_dataset
 from automl.records import BASELINE, FAIL_REASON, SPEC_ATTR, TRIAL_STATES, violated
 from automl.search.baseline import baseline_params
 from automl.search.compat import check_compatible, check_target

@@ -7,8 +7,6 @@ an API on a CPU box must not call an A100 study's target absent while A100 worke
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -16,6 +14,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from automl.hosts import worker_name
 from automl.storage.tables import WORKERS, engine_of, ensure_tables
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ class WorkerBeacon:
         self._engine = engine_of(storage)
         self._targets = ",".join(sorted(targets))
         self._interval_s = interval_s
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = worker_name()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="automl-beacon", daemon=True)
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from automl.candidate import Candidate
-    from automl.data import Dataset
+    from automl.inputs.data import Dataset
     from automl.search.spec import Constraint
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache

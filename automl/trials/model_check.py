@@ -16,19 +16,19 @@ import numpy as np
 import torch
 from scipy import stats
 
-from automl.data import cached_dataset
 from automl.errors import InputRefused, SpecError
+from automl.inputs.data import cached_dataset
+from automl.inputs.onnx_model import OnnxModel, open_onnx
+from automl.inputs.trained_model import FactoryUnavailable, TrainedModel, open_trained
 from automl.models import find_output_layer
-from automl.onnx_model import OnnxModel, open_onnx
 from automl.pipeline._ort import feed, input_dtype, input_name, make_session
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import compare_logits, export_onnx
-from automl.trained_model import FactoryUnavailable, TrainedModel, open_trained
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from automl.data import Dataset
+    from automl.inputs.data import Dataset
     from automl.search.spec import StudySpec
 
 logger = logging.getLogger("automl.trials.model_check")

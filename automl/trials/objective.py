@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property
@@ -13,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from automl.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.errors import Aborted, DataError, InputRefused
+from automl.hosts import worker_name
+from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.records import ARTIFACT_ID, FAIL_REASON, OVER_BUDGET, WORKER, constraint_attrs
 from automl.search.baseline import baseline_batch
 from automl.search.compat import check_compatible, space_methods
@@ -28,11 +27,11 @@ if TYPE_CHECKING:
 
     from optuna.artifacts import FileSystemArtifactStore
 
-    from automl.onnx_model import OnnxModel
+    from automl.inputs.onnx_model import OnnxModel
+    from automl.inputs.trained_model import TrainedModel
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.targets import Target
-    from automl.trained_model import TrainedModel
     from automl.trials.stage_cache import StageCache
 
 INTERRUPTED = "interrupted: a second Ctrl-C aborted the trial"
@@ -53,6 +52,8 @@ class StudyObjective:
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.trial_id = trial._trial_id
+        # First, before any import: a parent that outlives this process fails its trials by it.
+        _set_attrs(trial, {WORKER: worker_name()})
         if self._over_budget(trial):
             # Workers check for a free slot before asking; two can pass that check at once.
             trial.set_user_attr(OVER_BUDGET, True)
@@ -151,14 +152,9 @@ class StudyObjective:
         from automl.trials.trial import run_trial
 
         space, target = self._space_and_target
-        worker = f"{socket.gethostname()}:{os.getpid()}"
-        logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker)
-        try:
-            candidate = space.suggest(trial)
-        except Exception:  # a trial whose params cannot be suggested still says who ran it
-            _set_attrs(trial, {WORKER: worker})
-            raise
-        _set_attrs(trial, {WORKER: worker, "candidate": candidate.as_dict()})
+        logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker_name())
+        candidate = space.suggest(trial)
+        _set_attrs(trial, {"candidate": candidate.as_dict()})
         data = cached_dataset(**self.spec.data_args)
         with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
             outcome = run_trial(

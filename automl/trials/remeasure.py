@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from automl.data import cached_dataset
+from automl.inputs.data import cached_dataset
 from automl.pipeline.latency import latency_stats, ort_run_timer
 from automl.pipeline.latency_decision import (
     LATENCY_METRICS,

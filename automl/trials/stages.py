@@ -21,8 +21,8 @@ import torch
 
 from automl.candidate import OUTPUT_LAYER, TrainConfig
 from automl.errors import SpecError
+from automl.inputs.onnx_model import OnnxModel
 from automl.models import build_model
-from automl.onnx_model import OnnxModel
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
 from automl.pipeline.prune import PruneResult, prune
 from automl.pipeline.quantize import QuantizedModel, quantize_method
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from automl.candidate import Candidate
-    from automl.data import Dataset
-    from automl.trained_model import TrainedModel
+    from automl.inputs.data import Dataset
+    from automl.inputs.trained_model import TrainedModel
     from automl.trials.stage_cache import StageCache
 
 

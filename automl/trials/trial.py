@@ -27,11 +27,11 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from automl.candidate import Candidate
-    from automl.data import Dataset
-    from automl.onnx_model import OnnxModel
+    from automl.inputs.data import Dataset
+    from automl.inputs.onnx_model import OnnxModel
+    from automl.inputs.trained_model import TrainedModel
     from automl.search.spec import Constraint
     from automl.targets import Target
-    from automl.trained_model import TrainedModel
     from automl.trials.stage_cache import StageCache
 
 STAGES = ("train", "prune", "export", "quantize", "evaluate", "latency")

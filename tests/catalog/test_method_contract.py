@@ -24,7 +24,7 @@ from automl.targets._registry import _parse_target
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from automl.data import Dataset
+    from automl.inputs.data import Dataset
 
 MODELS = ("cnn", "mlp")
 # (method, backend) pairs whose providers this ONNX Runtime has, so a session can start here.

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from automl.candidate import ArchConfig, TrainConfig
-from automl.data import load_dataset
+from automl.inputs.data import load_dataset
 from automl.models import build_model
 from automl.pipeline.prune import prune
 from automl.pipeline.train import logits_of, train

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -104,6 +105,24 @@ def test_dominated_and_infeasible_apart(dom: str, study_run: dict) -> None:
     assert set(plotted["dominated"]["numbers"]) == {t.number for t in complete} - front - infeasible
     for trace in plotted.values():
         assert trace["rendered"] == len(trace["numbers"])
+
+
+def test_the_front_tables_of_the_report_and_the_cli_share_their_columns(dom: str) -> None:
+    from rich.console import Console
+
+    from automl.records import front_columns
+    from automl.report.tables import front_table
+    from automl.search.spec import parse_spec
+
+    labels = [c.label for c in front_columns(trained_model=False)]
+    header = re.search(r"<tr><th>trial</th><th>knobs</th>(.*?)<th>model</th></tr>", dom)[1]
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", header) == [html.escape(x) for x in labels]
+    row = {"number": 3, "params": {}, "metrics": {"accuracy": 0.9, "test_accuracy": 0.85}}
+    console = Console(record=True, width=400)
+    console.print(front_table([row], parse_spec({})))
+    printed = console.export_text()
+    assert all(c.label in printed for c in front_columns(trained_model=False, brief=True))
+    assert "val − test" in labels and "val − test" not in printed  # the report's alone
 
 
 def test_front_table_links_to_exported_models(dom: str, report: Path, study_run: dict) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import optuna
 
 from api import create_app
-from automl import synthetic
+from automl.inputs import synthetic
 from automl.storage.factory import open_storage
 
 pytest_plugins = ["api_fixtures"]

@@ -4,6 +4,7 @@ import numpy as np
 import optuna
 import pytest
 
+from automl.records import front_columns
 from automl.service.studies import SPEC_ATTR, STOP_ATTR
 from automl.storage.workers import WorkerBeacon
 
@@ -103,6 +104,16 @@ def test_pareto_lists_the_feasible_non_dominated_trials(
     assert [t["number"] for t in front["trials"]] == [0, 1, 3]
     assert front["trials"][1]["values"] == {"accuracy": 0.95, "latency_per_sample_ms": 2.0}
     assert front["trials"][0]["model_url"] is None  # synthetic trials have no model
+    # the columns of the CLI's table and the report, in their order
+    assert [(c["key"], c["label"]) for c in front["columns"]] == [
+        (c.key, c.label) for c in front_columns(trained_model=False)
+    ]
+    csv_header = api_client.get(
+        f"/v1/studies/{name}/pareto", headers={"Accept": "text/csv"}
+    ).text.splitlines()[0]
+    assert csv_header.startswith("number,") and csv_header.index("accuracy") < csv_header.index(
+        "latency_per_sample_ms"
+    )
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import optuna
 import pytest
 import yaml
 
-from automl import synthetic
 from automl.errors import SpecError
+from automl.inputs import synthetic
 from automl.search.compat import check_compatible
 from automl.search.space import SearchSpace, load_space
 from automl.targets import load_target
@@ -55,7 +55,7 @@ def test_a_family_that_cannot_take_the_data_is_refused(family_data, digits, fami
 
 
 def test_flat_features_suggest_the_mlp_and_the_1d_layout(tmp_path):
-    from automl.data import load_dataset
+    from automl.inputs.data import load_dataset
 
     arrays = synthetic.signals(n_train=40, n_test=20)
     arrays = {k: v.reshape(len(v), -1) if k.startswith("x_") else v for k, v in arrays.items()}
@@ -191,7 +191,7 @@ def test_the_cli_refuses_with_one_line_exit_2_and_no_study(cli):
 
 def test_a_detached_study_is_skipped_by_workers_with_a_log_line(cli):
     # A plugin dataset may live on the workers only: --detach creates the study unchecked.
-    cli("study", "start", "--space", "signals-cnn", "--dataset", "automl.synthetic:tokens",
+    cli("study", "start", "--space", "signals-cnn", "--dataset", "automl.inputs.synthetic:tokens",
         "--n-trials", "2", "--name", "mismatch", "--detach")  # fmt: skip
     out = cli("worker", "--target", "cpu", "--studies", "mismatch", check=False)
     error = " ".join(out.stderr.split())

@@ -16,8 +16,8 @@ from optuna.trial import TrialState
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from automl.data import DESCRIPTION_ATTR, Dataset, describe_dataset
 from automl.errors import SpecError
+from automl.inputs.data import DESCRIPTION_ATTR, Dataset, describe_dataset
 from automl.search.spec import RECORDED_METRICS
 from automl.service.exports import METADATA_FIELDS, METADATA_PREFIX, export_model
 from automl.service.read import pareto_front

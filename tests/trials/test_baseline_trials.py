@@ -8,8 +8,8 @@ import torch
 
 import automl
 from automl.candidate import TrainConfig
-from automl.data import load_dataset
 from automl.errors import SpecError
+from automl.inputs.data import load_dataset
 from automl.pipeline.prune import prune
 from automl.pipeline.train import train
 

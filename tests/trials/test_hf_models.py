@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import automl
-from automl import synthetic
 from automl.candidate import TrainConfig
-from automl.data import load_dataset
+from automl.inputs import synthetic
+from automl.inputs.data import load_dataset
 from automl.models import LogitsOf
 from automl.pipeline.train import train
 

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import automl
-from automl import synthetic
+from automl.inputs import synthetic
 
 SPACE = """
 name: user-dilated

@@ -2,7 +2,7 @@
 
 Each function returns the arrays of a dataset (``x_train``, ``y_train``, ``x_test``,
 ``y_test``, ``class_names``, and ``vocab_size`` for tokens), so that it is also a dataset
-plugin: ``--dataset automl.synthetic:signals``. Nothing is downloaded.
+plugin: ``--dataset automl.inputs.synthetic:signals``. Nothing is downloaded.
 
 - :func:`signals`: 1-D signals (N, 1, L); the class is the shape of a short motif placed at a
   random position in noise, so a model must find it wherever it is (a conv's job).

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import optuna
 from cli_runs import AUTOML, count_state
 
-from automl.data import load_dataset
+from automl.inputs.data import load_dataset
 
 
 def _values(trial: dict) -> tuple[float, float]:

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-from automl._data_checks import (
+from automl.errors import DataError
+from automl.inputs._checks import (
     DATASET_KEYS,
     REQUIRED_KEYS,
     VOCAB_KEY,
@@ -35,8 +36,7 @@ from automl._data_checks import (
     check_tokens,
     validate,
 )
-from automl._data_checks import vocab_size as read_vocab_size
-from automl.errors import DataError
+from automl.inputs._checks import vocab_size as read_vocab_size
 from automl.plugins import import_plugin
 
 if TYPE_CHECKING:

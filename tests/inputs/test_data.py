@@ -6,9 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from automl import synthetic
-from automl.data import describe_dataset, load_dataset
 from automl.errors import DataError
+from automl.inputs import synthetic
+from automl.inputs.data import describe_dataset, load_dataset
 
 
 def test_digits_shapes_and_split(digits):
@@ -311,7 +311,7 @@ def test_a_compressed_npz_is_refused_by_its_headers_before_it_is_decompressed(
     monkeypatch.setenv("AUTOML_DATA_MAX_MB", "1000")
     # The peak is reset first: a forked child starts with its parent's (pytest's, with torch).
     code = (
-        "open('/proc/self/clear_refs', 'w').write('5')\nfrom automl.data import load_dataset\n"
+        "open('/proc/self/clear_refs', 'w').write('5')\nfrom automl.inputs.data import load_dataset\n"
         "from automl.errors import DataError\ntry:\n    load_dataset('bomb.npz')\n"
         "except DataError as e:\n    print(e)\nstatus = open('/proc/self/status').read()\n"
         "print(status.split('VmHWM:')[1].split()[0])\n"

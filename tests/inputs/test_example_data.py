@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from automl.data import load_dataset
+from automl.inputs.data import load_dataset
 from automl.search.compat import check_compatible
 from automl.search.space import load_space
 from automl.targets import load_target
 
-SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "make_example_data.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "make_example_data.py"
 
 
 def test_each_example_file_fits_its_space(tmp_path):

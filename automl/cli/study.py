@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from automl.cli_common import (
+from automl.cli.common import (
     JsonOpt,
     StorageOpt,
     console,

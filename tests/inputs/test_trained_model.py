@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from automl.errors import SpecError
-from automl.trained_model import open_trained, save_module
+from automl.inputs.trained_model import open_trained, save_module
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 
-from automl.cli_common import (
+from automl.cli.common import (
     JsonOpt,
     StorageOpt,
     console,
@@ -18,7 +18,7 @@ from automl.cli_common import (
     print_json,
     shown_url,
 )
-from automl.cli_study import study_app
+from automl.cli.study import study_app
 from automl.errors import AutomlError, TargetUnavailable
 from automl.pipeline.ort_packages import require_single_ort
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from optuna.trial import FixedTrial
 
-from automl import synthetic
 from automl.candidate import ArchConfig, TrainConfig
-from automl.data import load_dataset
+from automl.inputs import synthetic
+from automl.inputs.data import load_dataset
 from automl.models import build_model
 from automl.pipeline.train import accuracy, train
 from automl.search.space import load_space

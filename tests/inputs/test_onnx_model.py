@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from automl.errors import SpecError
-from automl.onnx_model import count_macs, open_onnx
+from automl.inputs.onnx_model import count_macs, open_onnx
 
 
 class TwoHeads(nn.Module):

@@ -10,7 +10,7 @@ import optuna
 import pytest
 import torch
 
-TESTS = str(Path(__file__).resolve().parent)
+TESTS = str(Path(__file__).resolve().parents[1])
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def raw_pixels(tmp_path_factory):
     from trained_factories import deep_narrow, sequential
 
     from automl.candidate import TrainConfig
-    from automl.data import load_dataset
+    from automl.inputs.data import load_dataset
     from automl.pipeline.train import train
 
     folder = tmp_path_factory.mktemp("raw")
