@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from automl.catalog import INT8_MODES, Method, get_method, legacy_bits, method_for
+from automl.catalog import FAMILIES, INT8_MODES, Method, get_method, legacy_bits, method_for
 from automl.errors import SpecError
 from automl.plugins import PLUGIN
 
-FAMILIES = ("mlp", "cnn", "resnet", "mobilenet", "transformer")
-CONV_FAMILIES = ("cnn", "resnet", "mobilenet")
 # A user-written family: ``package.module:function`` (see :mod:`automl.models`).
 OUTPUT_LAYER = "classifier"
 _MAX_STAGE_WIDTH = 4096
@@ -19,7 +17,8 @@ _MAX_STAGE_WIDTH = 4096
 class ArchConfig:
     """Architecture knobs of a model family.
 
-    ``family`` is a built-in family (:data:`FAMILIES`) or a user's ``package.module:function``.
+    ``family`` is a family of the catalog (:data:`automl.catalog.FAMILIES`) or a user's
+    ``package.module:function``.
     ``width`` and ``depth`` apply to all: a conv family has ``depth`` blocks in each of its
     ``stages``, the first of each stage after the first downsampling by 2, and its width grows
     by ``width_growth`` per stage; a transformer has ``depth`` encoder layers of ``width``
@@ -57,11 +56,12 @@ class ArchConfig:
         self._check_transformer()
         if self.is_user_family:
             return
-        if self.extra or self.output_layer != OUTPUT_LAYER:
+        if self.output_layer != OUTPUT_LAYER:
             raise SpecError(
-                f"arch.extra.* knobs and output_layer are for user-written families; the "
-                f"built-in family {self.family!r} names its output layer {OUTPUT_LAYER!r}"
+                f"output_layer is for user-written families; the family {self.family!r} of "
+                f"the catalog names its output layer {OUTPUT_LAYER!r}"
             )
+        self._check_extra()
 
     @property
     def is_user_family(self) -> bool:
@@ -71,6 +71,22 @@ class ArchConfig:
     def stage_widths(self) -> list[int]:
         """The width of each stage of a conv family, the first being ``width``."""
         return [max(1, round(self.width * self.width_growth**s)) for s in range(self.stages)]
+
+    def _check_extra(self) -> None:
+        """A catalog family's own knobs (``arch.extra.<name>``): declared, and within bounds."""
+        knobs = FAMILIES[self.family].knobs
+        for name, value in self.extra.items():
+            if name not in knobs:
+                raise SpecError(
+                    f"family {self.family!r} has no knob arch.extra.{name}; its own knobs: "
+                    f"{sorted(knobs) or 'none'}"
+                )
+            low, high = knobs[name]
+            if not low <= value <= high:
+                raise SpecError(
+                    f"arch.extra.{name} = {value} is outside [{low}, {high}] for family "
+                    f"{self.family!r}"
+                )
 
     def _check_stages(self) -> None:
         if not 1 <= self.stages <= 8 or not 1.0 <= self.width_growth <= 4.0:

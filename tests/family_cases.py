@@ -1,14 +1,20 @@
-"""Each model family paired with the dataset of :mod:`family_data` that it takes."""
+"""Each model family of the catalog paired with the dataset of :mod:`family_data` it is tested on."""
 
 from __future__ import annotations
 
 from automl.candidate import ArchConfig
+from automl.catalog import FAMILIES
 
-# name: (dataset, a small architecture of the family): stages where it has them, and a last
-# width of 32, so that the classifier still fills a 4-bit block once pruned by a quarter.
+# name: (dataset, the family's example architecture), from the catalog: a family is tested the
+# moment it is registered.
 FAMILY_CASES = {
-    "cnn-1d": ("signals", ArchConfig("cnn", 16, 1, stages=2, width_growth=2.0)),
-    "mobilenet-1d": ("signals", ArchConfig("mobilenet", 16, 1, stages=2, width_growth=2.0)),
-    "resnet-2d": ("images", ArchConfig("resnet", 8, 1, stages=3, width_growth=2.0)),
-    "transformer": ("tokens", ArchConfig("transformer", 32, 1, heads=4)),
+    name: (
+        family.example["layout"],
+        ArchConfig(name, **{k: v for k, v in family.example.items() if k != "layout"}),
+    )
+    for name, family in FAMILIES.items()
 }
+# The conv families: they take signals and images, and not flat features.
+CONV_FAMILIES = [
+    n for n, f in FAMILIES.items() if "signals" in f.takes and "features" not in f.takes
+]

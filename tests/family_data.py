@@ -15,9 +15,14 @@ from automl.inputs.data import Dataset, load_dataset
 
 @pytest.fixture(scope="session")
 def family_data(tmp_path_factory) -> dict[str, Dataset]:
-    """``signals`` (N, 1, 64), ``images`` (N, 3, 32, 32) and ``tokens`` (N, 16), loaded."""
+    """``features`` (N, 64), ``signals`` (N, 1, 64), ``images`` (N, 3, 32, 32) and ``tokens``
+    (N, 16), loaded."""
     folder = tmp_path_factory.mktemp("family-data")
     arrays = {
+        "features": {
+            k: v.reshape(len(v), -1) if k.startswith("x_") else v
+            for k, v in synthetic.signals(n_train=200, n_test=64).items()
+        },
         "signals": synthetic.signals(n_train=200, n_test=64),
         "images": synthetic.images(n_train=120, n_test=48),
         "tokens": synthetic.tokens(n_train=600, n_test=64),

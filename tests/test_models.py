@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from family_cases import CONV_FAMILIES
 
-from automl.candidate import CONV_FAMILIES, ArchConfig
+from automl.candidate import ArchConfig
 from automl.errors import SpecError
 from automl.models import attention_heads, build_model
 
@@ -74,7 +75,7 @@ def test_transformer_takes_token_ids_and_its_heads_are_prunable_groups():
 def test_conv_and_transformer_refuse_inputs_they_cannot_take():
     with pytest.raises(SpecError, match=r"needs \(C, L\) or \(C, H, W\)"):
         build_model(ArchConfig("cnn", 8, 1), (20,), 3)
-    with pytest.raises(SpecError, match="needs token ids"):
+    with pytest.raises(SpecError, match="needs int64 token ids"):
         build_model(ArchConfig("transformer", 8, 1, heads=2), (1, 8, 8), 3)
 
 
@@ -91,8 +92,10 @@ def test_bad_arch_is_a_spec_error():
         ArchConfig("cnn", 64, 1, stages=8, width_growth=2.0)
     with pytest.raises(SpecError, match="not divisible by heads 3"):
         ArchConfig("transformer", 32, 1, heads=3)
-    with pytest.raises(SpecError, match="for user-written families"):
+    with pytest.raises(SpecError, match=r"'cnn' has no knob arch\.extra\.dilation"):
         ArchConfig("cnn", 8, 1, extra={"dilation": 2})
+    with pytest.raises(SpecError, match="for user-written families"):
+        ArchConfig("cnn", 8, 1, output_layer="head")
 
 
 def test_a_user_family_gets_its_knobs_and_names_its_output_layer():

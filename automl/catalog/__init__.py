@@ -1,13 +1,15 @@
-"""The catalog: every quantization method and latency backend, one self-describing file each.
+"""The catalog: every quantization method, latency backend and model family, one
+self-describing file each.
 
 A method is a :class:`Method` subclass in ``automl/catalog/methods/``, a backend a
-:class:`Backend` subclass in ``automl/catalog/backends/``; defining the class registers it, and
-every module of those folders is imported here. Targets, search spaces, the quantize stage,
-the timers and the contract tests read :data:`METHODS` and :data:`BACKENDS`; nothing else lists
-names. ``docs/architecture.md`` shows how to add one.
+:class:`Backend` subclass in ``automl/catalog/backends/``, a family a :class:`Family` subclass
+in ``automl/catalog/families/``; defining the class registers it, and every public module of
+those folders is imported here. Targets, search spaces, the compatibility checks, the stages and
+the contract tests read :data:`METHODS`, :data:`BACKENDS` and :data:`FAMILIES`; nothing else
+lists names. ``docs/architecture.md`` shows how to add one.
 
-This package is a leaf: it imports only :mod:`automl.errors` of ours, and onnx and onnxruntime
-only inside the converters.
+This package is a leaf: it imports only :mod:`automl.errors` of ours, and torch, onnx and
+onnxruntime only inside the converters and builders.
 """
 
 from __future__ import annotations
@@ -15,25 +17,30 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from automl.catalog import backends, methods
+from automl.catalog import backends, families, methods
 from automl.catalog._registry import (
     BACKENDS,
     CPU,
     CUDA,
+    FAMILIES,
     INT8_MODES,
+    LAYOUTS,
     METHODS,
     TRT,
     Backend,
+    Family,
     Method,
     first_running,
     get_backend,
+    get_family,
     get_method,
+    input_layout,
     legacy_bits,
     method_for,
     methods_for_bits,
 )
 
-for _package in (methods, backends):
+for _package in (methods, backends, families):
     for _module in pkgutil.iter_modules(_package.__path__):
         if not _module.name.startswith("_"):
             importlib.import_module(f"{_package.__name__}.{_module.name}")
@@ -42,14 +49,19 @@ __all__ = [
     "BACKENDS",
     "CPU",
     "CUDA",
+    "FAMILIES",
     "INT8_MODES",
+    "LAYOUTS",
     "METHODS",
     "TRT",
     "Backend",
+    "Family",
     "Method",
     "first_running",
     "get_backend",
+    "get_family",
     "get_method",
+    "input_layout",
     "legacy_bits",
     "method_for",
     "methods_for_bits",

@@ -1,10 +1,12 @@
 """The two kinds of catalog entry, and the registries that defining one fills.
 
 A quantization method is a subclass of :class:`Method`, a latency backend a subclass of
-:class:`Backend`; ``__init_subclass__`` registers one instance of each, so defining the class is
-all it takes (Olive registers its passes the same way). Entries are data plus one entry
-function: nothing here imports onnx or onnxruntime, so the target registry checks names against
-the catalog at load, and a method's converter imports its tools when it runs.
+:class:`Backend`, a model family a subclass of :class:`Family`; ``__init_subclass__`` registers
+one instance of each, so defining the class is all it takes (Olive registers its passes the same
+way). Entries are data plus one entry function: nothing here imports torch, onnx or onnxruntime,
+so the target registry and the search spaces check names against the catalog at load (the REST
+service included), and a method's converter or a family's builder imports its tools when it
+runs.
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
+    from torch import nn
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 _METHODS: dict[str, Method] = {}
 _BACKENDS: dict[str, Backend] = {}
+_FAMILIES: dict[str, Family] = {}
 METHODS: Mapping[str, Method] = MappingProxyType(_METHODS)
 BACKENDS: Mapping[str, Backend] = MappingProxyType(_BACKENDS)
+FAMILIES: Mapping[str, Family] = MappingProxyType(_FAMILIES)
+# The layouts of one sample: flat features (F,), signals (C, L), images (C, H, W), or int64
+# token ids (L,) with a vocabulary.
+LAYOUTS = ("features", "signals", "images", "tokens")
 INT8_MODES = ("static", "dynamic")
 
 
@@ -159,6 +167,68 @@ class Backend(_Entry):
     def cache_options(self, cache_dir: Path) -> Mapping[str, Mapping[str, str]]:
         """Options per provider that keep compiled engines in ``cache_dir``; none by default."""
         return {}
+
+
+class Family(_Entry):
+    """A model family: an architecture the search builds from ``arch.*`` knobs.
+
+    Attributes:
+        name: Stable name, the value of ``arch.family``.
+        takes: The input layouts it can take (see :data:`LAYOUTS`).
+        knobs: Its own knobs, which a space sets as ``arch.extra.<name>``, with their bounds
+            ``(low, high)``; the shared ones (width, depth, dropout, kernel_size, stages,
+            width_growth, heads, mlp_ratio) are the fields of ``ArchConfig``.
+        example: The knobs of a small model of the family, with the layout it is tested on:
+            the contract tests build, train, prune and export it.
+    """
+
+    _registry = _FAMILIES
+    takes: ClassVar[tuple[str, ...]]
+    knobs: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({})
+    example: ClassVar[Mapping[str, Any]]
+
+    def build(
+        self, arch: Any, input_shape: tuple[int, ...], num_classes: int, vocab_size: int | None
+    ) -> nn.Module:
+        """An untrained model of ``arch`` (an ``ArchConfig``) for samples of ``input_shape``,
+        whose output layer is named ``classifier``."""
+        raise NotImplementedError
+
+    @property
+    def needs(self) -> str:
+        """What inputs it needs, in words, for refusals."""
+        if "features" in self.takes:
+            return "float features"
+        if "tokens" in self.takes:
+            return "int64 token ids (N, L) with vocab_size in the dataset"
+        shapes = {"signals": "(C, L)", "images": "(C, H, W)"}
+        return f"{' or '.join(shapes[layout] for layout in self.takes)} float inputs"
+
+    def attention_heads(self, model: nn.Module) -> dict[nn.Module, int]:
+        """The head count of each attention projection of ``model`` that pruning must keep
+        whole (torch-pruning's ``num_heads``); none by default."""
+        return {}
+
+
+def input_layout(shape: tuple[int, ...], tokens: bool) -> str:
+    """The layout of one sample of ``shape`` (see :data:`LAYOUTS`)."""
+    if tokens:
+        return "tokens"
+    return {2: "signals", 3: "images"}.get(len(shape), "features")
+
+
+def get_family(name: str) -> Family:
+    """The family called ``name``.
+
+    Raises:
+        SpecError: No family has that name; the message lists the known ones.
+    """
+    if name not in FAMILIES:
+        raise SpecError(
+            f"unknown model family {name!r}; choose one of {list(FAMILIES)}, or name your own "
+            "as 'package.module:function'"
+        )
+    return FAMILIES[name]
 
 
 def _sorted(registry: dict[str, Any], key: Any) -> None:

@@ -1,23 +1,24 @@
-"""Model families built from an :class:`~automl.candidate.ArchConfig` for the data's inputs.
+"""Models built from an :class:`~automl.candidate.ArchConfig` for the data's inputs.
 
-``mlp`` takes any float features; ``cnn``, ``resnet`` and ``mobilenet`` take (C, L) or
-(C, H, W) floats; ``transformer`` takes int64 token ids (L,) with a vocabulary; a
-``package.module:function`` is the user's own (see :mod:`automl.models._user`). Every built-in
-model names its output layer ``classifier`` so that pruning can leave it untouched.
+A family of the catalog (:data:`automl.catalog.FAMILIES`) builds its own; a
+``package.module:function`` is the user's own (see :mod:`automl.models._user`). Every model of
+the catalog names its output layer ``classifier`` so that pruning can leave it untouched.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from automl.candidate import CONV_FAMILIES, ArchConfig
+from automl.catalog import FAMILIES, get_family, input_layout
 from automl.errors import SpecError
-from automl.models._conv import conv_net
-from automl.models._mlp import MLP
 from automl.models._outputs import WRAPPED, LogitsOf, find_output_layer, pick_logits
-from automl.models._transformer import Transformer, attention_heads
 from automl.models._user import import_family, output_layer, user_model
+
+if TYPE_CHECKING:
+    from automl.candidate import ArchConfig
 
 
 def build_model(
@@ -47,21 +48,21 @@ def build_model(
     torch.manual_seed(seed)
     if arch.is_user_family:
         return user_model(arch, input_shape, num_classes, vocab_size)
-    if arch.family == "transformer":
-        if vocab_size is None or len(input_shape) != 1:
-            raise SpecError(
-                f"family 'transformer' needs token ids (L,) with a vocabulary; the data has "
-                f"{input_shape} and vocab_size {vocab_size}"
-            )
-        return Transformer(arch, input_shape[0], vocab_size, num_classes)
-    if arch.family == "mlp":
-        return MLP(arch, input_shape, num_classes)
-    if arch.family in CONV_FAMILIES and len(input_shape) in (2, 3):
-        return conv_net(arch, input_shape, num_classes)
-    raise SpecError(
-        f"family {arch.family!r} needs (C, L) or (C, H, W) inputs; the data has {input_shape}. "
-        "Use family 'mlp' for flat features."
-    )
+    family = get_family(arch.family)
+    layout = input_layout(input_shape, vocab_size is not None)
+    if layout not in family.takes:
+        raise SpecError(
+            f"family {arch.family!r} needs {family.needs}; the data holds {layout} of shape "
+            f"{input_shape}"
+            + (" (use family 'mlp' for flat features)" if layout == "features" else "")
+        )
+    return family.build(arch, input_shape, num_classes, vocab_size)
+
+
+def attention_heads(model: nn.Module) -> dict[nn.Module, int]:
+    """The attention projections of ``model`` whose heads pruning keeps whole, with their
+    head counts, as every family of the catalog finds them."""
+    return {k: v for family in FAMILIES.values() for k, v in family.attention_heads(model).items()}
 
 
 __all__ = [

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from automl.candidate import CONV_FAMILIES, FAMILIES, OUTPUT_LAYER
-from automl.catalog import method_for
+from automl.candidate import OUTPUT_LAYER
+from automl.catalog import FAMILIES, input_layout, method_for
 from automl.errors import SpecError
 from automl.search.space import candidate_from_values, load_space, param_values
 
@@ -114,32 +114,23 @@ def families(space: SearchSpace) -> list[str]:
 
 
 def input_problem(family: str, data: Dataset) -> str | None:
-    """Why a built-in ``family`` cannot take ``data``'s inputs, with what would; else None."""
-    shape = data.input_shape
-    if data.is_tokens:
-        if family == "transformer":
-            return None
-        need = "float features" if family == "mlp" else "(C, L) or (C, H, W) float inputs"
-        return (
-            f"family {family!r} needs {need}; the data holds int64 token ids of shape {shape} "
-            f"(vocab_size {data.vocab_size}): use family 'transformer' or your own family"
-        )
-    fitting = [f for f in FAMILIES if _takes_features(f, shape)]
-    if family in fitting:
+    """Why a catalog ``family`` cannot take ``data``'s inputs, with what would; else None."""
+    shape, takes = data.input_shape, FAMILIES[family].takes
+    layout = input_layout(shape, data.is_tokens)
+    if layout in takes:
         return None
-    if family == "transformer":
-        need = "int64 token ids (N, L) with vocab_size in the dataset"
-    else:
-        need = "(C, L) or (C, H, W) float inputs"
+    fitting = [name for name, other in FAMILIES.items() if layout in other.takes]
+    if data.is_tokens:
+        return (
+            f"family {family!r} needs {FAMILIES[family].needs}; the data holds int64 token ids of shape "
+            f"{shape} (vocab_size {data.vocab_size}): use family {' or '.join(map(repr, fitting))} "
+            "or your own family"
+        )
     hint = " (save 1-D samples as (N, 1, L) for a 1-D conv)" if len(shape) == 1 else ""
     return (
-        f"family {family!r} needs {need}; the data has {data.input_dtype} samples of shape "
-        f"{shape}: use one of {fitting}{hint}"
+        f"family {family!r} needs {FAMILIES[family].needs}; the data has {data.input_dtype} samples of "
+        f"shape {shape}: use one of {fitting}{hint}"
     )
-
-
-def _takes_features(family: str, shape: tuple[int, ...]) -> bool:
-    return family == "mlp" or (family in CONV_FAMILIES and len(shape) in (2, 3))
 
 
 def _check_heads(space: SearchSpace) -> None:

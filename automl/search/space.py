@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from automl.candidate import FAMILIES, Candidate
-from automl.catalog import legacy_bits
+from automl.candidate import Candidate
+from automl.catalog import FAMILIES, legacy_bits
 from automl.errors import SpecError
 
 if TYPE_CHECKING:
@@ -47,7 +47,8 @@ KEYS = (
     "train.weight_decay",
     "train.batch_size",
 )
-# A user-written family's own knobs: ``arch.extra.<name>`` is passed to it as ``name=``.
+# A family's own knobs: ``arch.extra.<name>``, declared by a catalog family (``knobs``) or
+# passed to a user-written family as ``name=``.
 EXTRA_PREFIX = "arch.extra."
 # Knobs that change how a model is deployed, not its weights.
 DEPLOYMENT_KEYS = ("bits", "int8_mode", "method", "batch_size", "graph_optimization")

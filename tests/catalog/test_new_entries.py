@@ -1,5 +1,5 @@
-"""A method defined outside the catalog's folder is picked up by the contract suite as it is:
-the one that docs/architecture.md shows how to add."""
+"""A method or a family defined outside the catalog's folders is picked up by its contract
+suite as it is: the ones that docs/architecture.md shows how to add."""
 
 from __future__ import annotations
 
@@ -12,22 +12,36 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def documented_method() -> str:
-    """The method that docs/architecture.md shows how to add, as its code block gives it."""
+def documented(kind: str) -> str:
+    """The ``Method`` or ``Family`` that docs/architecture.md shows how to add, as given there."""
     page = (ROOT / "docs" / "architecture.md").read_text()
-    return re.search(r"```python\n(from automl\.catalog import Method\n.*?)```", page, re.S)[1]
+    return re.search(rf"```python\n(from automl\.catalog import {kind}\n.*?)```", page, re.S)[1]
+
+
+def run_contract(tmp_path: Path, plugin: str, suite: str, name: str) -> str:
+    """Run ``suite`` with ``plugin`` loaded, on the cases of ``name``; its output."""
+    (tmp_path / "throwaway_entry.py").write_text(plugin)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "tests")])}
+    command = [sys.executable, "-m", "pytest", suite, "-p", "throwaway_entry", "-q"]
+    out = subprocess.run(
+        [*command, "-k", name, "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
 
 
 def test_a_method_defined_by_a_plugin_is_tested_by_the_contract_suite(tmp_path: Path) -> None:
-    (tmp_path / "throwaway_method.py").write_text(documented_method())
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "tests")])}
-    suite = "tests/catalog/test_method_contract.py"
-    command = [sys.executable, "-m", "pytest", suite, "-p", "throwaway_method", "-q"]
-    out = subprocess.run(
-        [*command, "-k", "int8-symmetric", "-p", "no:cacheprovider"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    printed = run_contract(
+        tmp_path, documented("Method"), "tests/catalog/test_method_contract.py", "int8-symmetric"
+    )
     # 2 models × accuracy, 1 runnable backend (the CPU), 2 backends that lack it.
-    assert re.search(r"\b5 passed\b", out.stdout), out.stdout[-2000:]
+    assert re.search(r"\b5 passed\b", printed), printed[-2000:]
+
+
+def test_a_family_defined_by_a_plugin_is_tested_by_the_contract_suite(tmp_path: Path) -> None:
+    printed = run_contract(
+        tmp_path, documented("Family"), "tests/catalog/test_family_contract.py", "tapered-mlp"
+    )
+    # built, trained, pruned, exported and quantized; refused on token ids.
+    assert re.search(r"\b2 passed\b", printed), printed[-2000:]

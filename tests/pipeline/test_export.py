@@ -4,9 +4,9 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from family_cases import FAMILY_CASES
+from family_cases import CONV_FAMILIES, FAMILY_CASES
 
-from automl.candidate import CONV_FAMILIES, ArchConfig
+from automl.candidate import ArchConfig
 from automl.errors import TrialFailed
 from automl.models import build_model
 from automl.pipeline._ort import make_session

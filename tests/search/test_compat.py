@@ -36,7 +36,7 @@ def _space(family: str, *, output_layer: str | None = None, **params: dict) -> S
             "digits",
             r"search space 's': family 'transformer' needs int64 token ids \(N, L\) with "
             r"vocab_size in the dataset; the data has float32 samples of shape \(1, 8, 8\): "
-            r"use one of \['mlp', 'cnn', 'resnet', 'mobilenet'\]$",
+            r"use one of \['cnn', 'mlp', 'mobilenet', 'resnet'\]$",
         ),
         (
             "cnn",

@@ -1,0 +1,1 @@
+"""Model families, one file each (see :class:`automl.catalog.Family`)."""
