@@ -28,19 +28,20 @@ install-gpu: $(STAMP)
 study: $(STAMP)
 	$(BIN)/automl study start studies/digits.yaml
 
-# Tests run in TEST_WORKERS processes (pytest-xdist): the two cores of the CI machine by default.
+# Tests run in TEST_WORKERS processes (pytest-xdist): the two cores of the CI machine by default;
+# a module marked with an xdist_group runs whole in one of them.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	bash .ci/chromium.sh
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n $(TEST_WORKERS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Unit and contract tests only, for a quick check while working (docs/contributing.md); CI runs
 # `make test`.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow and not e2e" --durations=10
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not e2e" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from api.policy import public_spec
-from automl.records import TrialStateName, front_columns
+from automl.records import TrialRecord, TrialStateName, front_columns
 from automl.search.spec import StudySpec
 from automl.service.read import waiting_reason
 from automl.service.studies import StudyInfo
@@ -112,8 +112,8 @@ class TrialOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, study: str, record: dict) -> TrialOut:
-        """From ``automl.service.studies.trial_record``."""
+    def of(cls, study: str, record: TrialRecord) -> TrialOut:
+        """From a :class:`automl.records.TrialRecord`."""
         url = f"/v1/studies/{study}/trials/{record['number']}/model"
         return cls.model_validate({**record, "model_url": url if record["artifact_id"] else None})
 

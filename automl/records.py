@@ -1,19 +1,23 @@
-"""The trial-record vocabulary: the attr keys a trial is written with and every reader uses.
+"""The trial-record vocabulary: the metrics, the attr keys a trial is written with, the typed
+record every reader takes, and the columns every view shows.
 
 A leaf: the objective writes these, and the service, the fleet, the API and the report read
-them, without importing the objective.
+them, without importing the objective. A trial's attrs are read in one place,
+:meth:`TrialRecord.of`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
+
+    import optuna
 
 TrialStateName = Literal["COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED"]
 TRIAL_STATES: tuple[str, ...] = get_args(TrialStateName)  # as Optuna's TrialState names them
@@ -23,6 +27,108 @@ OVER_BUDGET = "over_budget"  # a trial that lost the race for the last slot: PRU
 ARTIFACT_ID = "artifact_id"
 WORKER = "worker"  # host:pid of the process that ran the trial
 BASELINE = "baseline"  # marks the unmodified trained model's trial (a trained model's study)
+
+
+# metric → natural direction; every trial records all of them as user attrs.
+METRICS: dict[str, Literal["maximize", "minimize"]] = {
+    "accuracy": "maximize",
+    "latency_p50_ms": "minimize",
+    "latency_p90_ms": "minimize",
+    "latency_p99_ms": "minimize",
+    "latency_per_sample_ms": "minimize",
+    "throughput_sps": "maximize",
+    "size_mb": "minimize",
+    "params": "minimize",
+    "macs": "minimize",
+}
+# Metrics against the measured baseline: only a study of a trained model (``model:``) has them.
+# ``speedup`` is the baseline's per-sample latency at its own serving batch over the trial's
+# (what a switch from today's deployment gains); ``speedup_same_batch`` compares both at the
+# trial's batch (what the model's changes alone gain).
+BASELINE_METRICS: dict[str, Literal["maximize", "minimize"]] = {
+    "speedup": "maximize",
+    "speedup_same_batch": "maximize",
+    "accuracy_drop": "minimize",
+    "size_ratio": "minimize",
+}
+METRICS.update(BASELINE_METRICS)
+# Recorded for every trial and shown in every view, but never an objective or constraint: the
+# accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
+TEST_METRIC = "test_accuracy"
+RECORDED_METRICS = (*METRICS, TEST_METRIC)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A trial as every view reads it: the CLI, the API, the report, exports and Python.
+
+    It also reads as a mapping of its fields (``record["metrics"]``, ``record.get(...)``,
+    ``{**record}``), the form in which ``automl.optimize(...).front`` has always given rows.
+
+    Attributes:
+        number: The trial's number in its study.
+        state: Optuna's state name (``COMPLETE``, ``FAIL``, ...).
+        values: The study's objective metrics, raw (not log-scaled), by name.
+        params: The sampled params.
+        metrics: Every recorded metric the trial has (see :data:`RECORDED_METRICS`).
+        feasible: Whether it met every constraint; ``None`` before it completed.
+        artifact_id: Its ONNX model in the artifact store, if it has one.
+        fail_reason: Why it failed, for a FAIL trial.
+        baseline: Whether it is the unmodified trained model's trial.
+        user_attrs: Everything the trial recorded, as stored.
+        on_front: In a front: non-dominated (false for a baseline shown beside the front).
+    """
+
+    number: int
+    state: str
+    values: Mapping[str, float]
+    params: Mapping[str, Any]
+    metrics: Mapping[str, float]
+    feasible: bool | None
+    artifact_id: str | None
+    fail_reason: str | None
+    baseline: bool
+    user_attrs: Mapping[str, Any] = field(repr=False)
+    on_front: bool = True
+
+    @classmethod
+    def of(
+        cls, trial: optuna.trial.FrozenTrial, objectives: Sequence[str], *, on_front: bool = True
+    ) -> TrialRecord:
+        """Read ``trial``'s attrs; ``objectives`` names the study's objective metrics."""
+        attrs = trial.user_attrs
+        return cls(
+            number=trial.number,
+            state=trial.state.name,
+            values={m: attrs[m] for m in objectives if m in attrs},
+            params=trial.params,
+            metrics={k: attrs[k] for k in RECORDED_METRICS if k in attrs},
+            feasible=attrs.get("feasible"),
+            artifact_id=attrs.get(ARTIFACT_ID),
+            fail_reason=attrs.get(FAIL_REASON),
+            baseline=bool(attrs.get(BASELINE)),
+            user_attrs=attrs,
+            on_front=on_front,
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _RECORD_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in _RECORD_FIELDS
+
+    def keys(self) -> tuple[str, ...]:
+        """The field names, as a mapping's keys."""
+        return _RECORD_FIELDS
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field by name, or ``default``."""
+        return getattr(self, key) if key in _RECORD_FIELDS else default
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(TrialRecord))
 
 
 def violated(system_attrs: dict) -> list[int]:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
     from optuna.storages import BaseStorage
 
+    from automl.records import TrialRecord
     from automl.search.spec import StudySpec
 
 
@@ -48,7 +49,7 @@ class StudyResult:
         return self.spec.name
 
     @property
-    def front(self) -> list[dict]:
+    def front(self) -> list[TrialRecord]:
         """The feasible non-dominated trials by number, read now.
 
         Each row has ``number``, ``params``, ``values`` (the objectives by metric name),
@@ -60,7 +61,7 @@ class StudyResult:
 
         return pareto_front(self.name, self._storage)
 
-    def best(self, metric: str = "accuracy", budget: str | None = None) -> dict:
+    def best(self, metric: str = "accuracy", budget: str | None = None) -> TrialRecord:
         """The front's row best on ``metric``, optionally under a budget.
 
         A budget on a latency metric is decided on new runs of the front's models on this
@@ -85,7 +86,7 @@ class StudyResult:
         )
         return next(row for row in self.front if row["number"] == pick.number)
 
-    def export(self, trial: int | dict, path: Path | str) -> dict:
+    def export(self, trial: int | TrialRecord, path: Path | str) -> dict:
         """Write a trial's ONNX model to ``path`` and its ``.json`` sidecar beside it.
 
         Args:
@@ -100,7 +101,7 @@ class StudyResult:
         """
         from automl.service.exports import export_model
 
-        number = trial["number"] if isinstance(trial, dict) else trial
+        number = trial if isinstance(trial, int) else trial["number"]
         return export_model(self.name, self._storage, self._artifact_store, number, path)
 
     def report(self, path: Path | str, *, models: bool = True) -> Path:

@@ -19,7 +19,7 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 from automl.errors import SpecError
-from automl.search.spec import RECORDED_METRICS
+from automl.records import RECORDED_METRICS
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -158,8 +158,8 @@ def write_report(
 
 
 def _points(complete: list[FrozenTrial], spec: StudySpec, front: set[int]) -> list[Point]:
+    from automl.records import RECORDED_METRICS
     from automl.report._figures import Point
-    from automl.search.spec import RECORDED_METRICS
 
     names = [str(c) for c in spec.constraints]
     points = []

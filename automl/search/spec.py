@@ -13,36 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from automl.errors import SpecError
 from automl.plugins import PLUGIN
+from automl.records import BASELINE_METRICS, METRICS, TEST_METRIC
 
-# metric → natural direction; every trial records all of them as user attrs.
-METRICS: dict[str, Literal["maximize", "minimize"]] = {
-    "accuracy": "maximize",
-    "latency_p50_ms": "minimize",
-    "latency_p90_ms": "minimize",
-    "latency_p99_ms": "minimize",
-    "latency_per_sample_ms": "minimize",
-    "throughput_sps": "maximize",
-    "size_mb": "minimize",
-    "params": "minimize",
-    "macs": "minimize",
-}
-# Metrics against the measured baseline: only a study of a trained model (``model:``) has them.
-# ``speedup`` is the baseline's per-sample latency at its own serving batch over the trial's
-# (what a switch from today's deployment gains); ``speedup_same_batch`` compares both at the
-# trial's batch (what the model's changes alone gain).
-BASELINE_METRICS: dict[str, Literal["maximize", "minimize"]] = {
-    "speedup": "maximize",
-    "speedup_same_batch": "maximize",
-    "accuracy_drop": "minimize",
-    "size_ratio": "minimize",
-}
-METRICS.update(BASELINE_METRICS)
 # Linear for the sampler: accuracy_drop may be negative, and accuracies are bounded.
 _LINEAR_METRICS = ("accuracy", "accuracy_drop")
-# Recorded for every trial and shown in every view, but never an objective or constraint: the
-# accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
-TEST_METRIC = "test_accuracy"
-RECORDED_METRICS = (*METRICS, TEST_METRIC)
 _CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # whole name: see fullmatch
 # NumPy's legacy RandomState, which Optuna's samplers and scikit-learn's splits use, takes seeds

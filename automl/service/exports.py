@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
-from automl.records import ARTIFACT_ID
-from automl.search.spec import RECORDED_METRICS
+from automl.records import ARTIFACT_ID, RECORDED_METRICS
 from automl.service.read import model_trial
 from automl.service.studies import TrialNotFound
 

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import optuna
 
-from automl.records import ARTIFACT_ID, BASELINE, FAIL_REASON
-from automl.search.spec import RECORDED_METRICS
+from automl.records import ARTIFACT_ID, BASELINE, TrialRecord
 from automl.service.studies import (
     StudyInfo,
     StudyNotFound,
@@ -86,14 +85,15 @@ def trial_detail(name: str, storage: BaseStorage, number: int) -> dict:
     """
     study, spec = load(name, storage)
     trial = _trial(study, name, number)
-    record = trial_record(trial, spec)
-    record.update({key: trial.user_attrs.get(key) for key in _DETAIL_ATTRS})
-    record["constraints"] = trial.constraints
-    # Optuna stores naive local times; an explicit offset makes them RFC 3339 date-times.
-    record["datetime_start"] = _aware(trial.datetime_start)
-    record["datetime_complete"] = _aware(trial.datetime_complete)
-    record["duration_s"] = trial.duration.total_seconds() if trial.duration else None
-    return record
+    return {
+        **trial_record(trial, spec),
+        **{key: trial.user_attrs.get(key) for key in _DETAIL_ATTRS},
+        "constraints": trial.constraints,
+        # Optuna stores naive local times; an explicit offset makes them RFC 3339 date-times.
+        "datetime_start": _aware(trial.datetime_start),
+        "datetime_complete": _aware(trial.datetime_complete),
+        "duration_s": trial.duration.total_seconds() if trial.duration else None,
+    }
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -137,12 +137,12 @@ def _trial(study: optuna.Study, name: str, number: int) -> optuna.trial.FrozenTr
     return study._storage.get_trial(trial_id)
 
 
-def pareto_front(name: str, storage: BaseStorage) -> list[dict]:
+def pareto_front(name: str, storage: BaseStorage) -> list[TrialRecord]:
     """The non-dominated feasible trials with objective values, params and metrics."""
     return front_records(*load(name, storage))
 
 
-def front_records(study: optuna.Study, spec: StudySpec) -> list[dict]:
+def front_records(study: optuna.Study, spec: StudySpec) -> list[TrialRecord]:
     """``study.best_trials`` (feasible and non-dominated) as records, by number: the one way
     the CLI, the API, the report and exports read a front.
 
@@ -154,25 +154,14 @@ def front_records(study: optuna.Study, spec: StudySpec) -> list[dict]:
     if spec.model is not None:
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         trials.update({t.number: t for t in complete if t.user_attrs.get(BASELINE)})
-    return [{**trial_record(trials[n], spec), "on_front": n in on_front} for n in sorted(trials)]
+    return [
+        TrialRecord.of(trials[n], spec.metric_names, on_front=n in on_front) for n in sorted(trials)
+    ]
 
 
-def trial_record(trial: optuna.trial.FrozenTrial, spec: StudySpec) -> dict:
-    """A trial as a plain record: objective metrics by name (raw, not log-scaled), params,
-    every metric and its model id."""
-    values = {m: trial.user_attrs[m] for m in spec.metric_names if m in trial.user_attrs}
-    return {
-        "number": trial.number,
-        "state": trial.state.name,
-        "values": values,
-        "params": trial.params,
-        "metrics": {k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs},
-        "feasible": trial.user_attrs.get("feasible"),
-        "artifact_id": trial.user_attrs.get(ARTIFACT_ID),
-        "fail_reason": trial.user_attrs.get(FAIL_REASON),
-        "baseline": bool(trial.user_attrs.get(BASELINE)),
-        "user_attrs": trial.user_attrs,
-    }
+def trial_record(trial: optuna.trial.FrozenTrial, spec: StudySpec) -> TrialRecord:
+    """A trial as a :class:`~automl.records.TrialRecord` of ``spec``'s study."""
+    return TrialRecord.of(trial, spec.metric_names)
 
 
 @dataclass(frozen=True)
@@ -181,7 +170,7 @@ class Front:
 
     key: tuple[int, int]
     spec: StudySpec
-    trials: list[dict]
+    trials: list[TrialRecord]
 
 
 @dataclass

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from automl.errors import SpecError
 from automl.pipeline.latency_decision import LATENCY_METRICS, BudgetDecision
-from automl.search.spec import METRICS, Constraint
+from automl.records import METRICS
+from automl.search.spec import Constraint
 from automl.service.read import pareto_front
 from automl.service.studies import TrialNotFound, load
 from automl.targets import is_present, load_target

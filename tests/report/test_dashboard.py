@@ -13,8 +13,8 @@ import onnx
 import pytest
 from conftest import FEASIBLE_AND_INFEASIBLE, SIZE_BUDGET, run_cli_study
 
+from automl.records import BASELINE_METRICS, METRICS
 from automl.report.dashboard import exposure_warning, is_loopback
-from automl.search.spec import BASELINE_METRICS, METRICS
 
 NAME = "dash"
 SPEC = {

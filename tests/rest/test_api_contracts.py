@@ -9,8 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
+from automl.records import METRICS
 from automl.search.space import list_spaces
-from automl.search.spec import METRICS
 from automl.targets import list_targets
 
 pytest_plugins = ["api_fixtures"]

@@ -82,7 +82,8 @@ def test_objectives_are_stored_raw_and_reach_the_sampler_in_their_scale():
 
 
 def test_the_schema_enumerates_the_metrics():
-    from automl.search.spec import METRICS, StudySpec
+    from automl.records import METRICS
+    from automl.search.spec import StudySpec
 
     defs = StudySpec.model_json_schema()["$defs"]
     assert defs["Objective"]["properties"]["metric"]["enum"] == list(METRICS)

@@ -18,7 +18,7 @@ from sklearn.model_selection import train_test_split
 
 from automl.errors import SpecError
 from automl.inputs.data import DESCRIPTION_ATTR, Dataset, describe_dataset
-from automl.search.spec import RECORDED_METRICS
+from automl.records import RECORDED_METRICS
 from automl.service.exports import METADATA_FIELDS, METADATA_PREFIX, export_model
 from automl.service.read import pareto_front
 from automl.trials.decide import pick_trial

@@ -12,6 +12,8 @@ from automl.trials.stage_cache import StageCache
 from automl.trials.trial import run_trial
 
 pytest_plugins = ["family_data"]
+# One process runs them all, in order: a family's first method builds the model the others reuse.
+pytestmark = pytest.mark.xdist_group("families")
 CPU = load_target("cpu")
 
 

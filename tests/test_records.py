@@ -1,0 +1,51 @@
+"""The trial record: read from a trial's attrs in one place, typed, and still a mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from automl.records import RECORDED_METRICS, TrialRecord, front_columns
+
+
+def _trial(**attrs: object) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(
+        params={"batch_size": 8},
+        distributions={"batch_size": optuna.distributions.CategoricalDistribution([1, 8])},
+        values=[0.9, 1.5],
+        user_attrs={"accuracy": 0.9, "latency_per_sample_ms": 1.5, "test_accuracy": 0.88, **attrs},
+    )
+
+
+def test_a_record_reads_the_metrics_the_objectives_and_the_keys_of_a_trial() -> None:
+    record = TrialRecord.of(
+        _trial(artifact_id="a1", baseline=True, feasible=True, note="kept"),
+        ["accuracy", "latency_per_sample_ms"],
+        on_front=False,
+    )
+
+    assert record.values == {"accuracy": 0.9, "latency_per_sample_ms": 1.5}
+    assert record.metrics == {"accuracy": 0.9, "latency_per_sample_ms": 1.5, "test_accuracy": 0.88}
+    assert set(record.metrics) <= set(RECORDED_METRICS)
+    assert (record.artifact_id, record.baseline, record.feasible) == ("a1", True, True)
+    assert record.user_attrs["note"] == "kept" and record.on_front is False
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.number = 3  # type: ignore[misc]
+
+
+def test_a_record_reads_as_the_mapping_that_front_rows_always_were() -> None:
+    record = TrialRecord.of(_trial(), ["accuracy"])
+
+    assert record["metrics"]["accuracy"] == 0.9 and record.get("fail_reason") is None
+    assert {**record}["params"] == {"batch_size": 8} and "on_front" in record
+    assert record.get("no such field", "default") == "default"
+    with pytest.raises(KeyError):
+        record["latency"]  # a user attr is no field: read it from user_attrs
+
+
+def test_every_column_is_a_recorded_metric_or_derived_from_them() -> None:
+    derived = {"accuracy_gap"}
+    keys = {c.key for c in front_columns(trained_model=True)}
+    assert keys - derived <= set(RECORDED_METRICS)
