@@ -27,6 +27,14 @@ OVER_BUDGET = "over_budget"  # a trial that lost the race for the last slot: PRU
 ARTIFACT_ID = "artifact_id"
 WORKER = "worker"  # host:pid of the process that ran the trial
 BASELINE = "baseline"  # marks the unmodified trained model's trial (a trained model's study)
+# Study attrs.
+STOP_ATTR = "stop_requested"
+FORGIVEN_ATTR = "failures_forgiven"
+# Why no worker can run the study (e.g. its trained model is refused), set by the worker that
+# found it; the study is then failed.
+REFUSED_ATTR = "refused"
+# The data root that a REST submission's files must lie under, when its worker reads them too.
+DATA_ROOT_ATTR = "data_root"
 
 
 # metric → natural direction; every trial records all of them as user attrs.
@@ -126,6 +134,10 @@ class TrialRecord:
     def get(self, key: str, default: Any = None) -> Any:
         """A field by name, or ``default``."""
         return getattr(self, key) if key in _RECORD_FIELDS else default
+
+    def items(self) -> list[tuple[str, Any]]:
+        """``(field, value)`` pairs, as a mapping's items."""
+        return [(key, getattr(self, key)) for key in _RECORD_FIELDS]
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(TrialRecord))

@@ -41,6 +41,7 @@ def test_a_record_reads_as_the_mapping_that_front_rows_always_were() -> None:
     assert record["metrics"]["accuracy"] == 0.9 and record.get("fail_reason") is None
     assert {**record}["params"] == {"batch_size": 8} and "on_front" in record
     assert record.get("no such field", "default") == "default"
+    assert dict(record.items()) == {**record} and len({**record}) == 11
     with pytest.raises(KeyError):
         record["latency"]  # a user attr is no field: read it from user_attrs
 

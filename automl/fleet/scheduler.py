@@ -18,16 +18,10 @@ import optuna
 from automl.errors import AutomlError
 from automl.fleet.study_loop import run_study_loop, storage_unreachable
 from automl.hosts import worker_name
+from automl.records import REFUSED_ATTR, STOP_ATTR
+from automl.search.budget import fail_cap, forgiven_failures, out_of_time, readable_spec
 from automl.service.read import target_present
-from automl.service.studies import (
-    REFUSED_ATTR,
-    STOP_ATTR,
-    fail_cap,
-    forgiven_failures,
-    out_of_time,
-    readable_spec,
-    state_counts,
-)
+from automl.service.studies import state_counts
 from automl.storage.reaper import reap_stale_trials
 from automl.storage.workers import WorkerBeacon
 from automl.targets import list_targets

@@ -20,21 +20,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from automl.errors import Aborted, InputRefused
 from automl.fleet.tracking import tracker
 from automl.inputs.data import cached_dataset
+from automl.records import DATA_ROOT_ATTR, STOP_ATTR
+from automl.search.budget import fail_cap, forgiven_failures, out_of_time
 from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
 from automl.search.spec import MAX_SEED
 from automl.search.variants import VariantSampler
 from automl.service.fingerprints import check_fingerprint
-from automl.service.studies import (
-    DATA_ROOT_ATTR,
-    STOP_ATTR,
-    fail_cap,
-    forgiven_failures,
-    load,
-    out_of_time,
-    refuse_study,
-    state_counts,
-)
+from automl.service.studies import load, refuse_study, state_counts
 from automl.storage.factory import cached
 from automl.storage.reaper import reap_stale_trials
 from automl.trials.objective import StudyObjective

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, BinaryIO
 import optuna
 
 from automl.records import ARTIFACT_ID, BASELINE, TrialRecord
+from automl.search.budget import readable_spec
 from automl.service.studies import (
     StudyInfo,
     StudyNotFound,
     TrialNotFound,
     get_study,
     load,
-    readable_spec,
 )
 from automl.targets import is_present, load_target
 

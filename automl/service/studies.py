@@ -13,8 +13,23 @@ import optuna
 
 from automl.errors import AutomlError, SpecError
 from automl.inputs.data import BUILTIN_DATASETS, check_source_form, load_dataset
-from automl.records import BASELINE, FAIL_REASON, SPEC_ATTR, TRIAL_STATES, violated
+from automl.records import (
+    BASELINE,
+    FAIL_REASON,
+    FORGIVEN_ATTR,
+    REFUSED_ATTR,
+    SPEC_ATTR,
+    STOP_ATTR,
+    violated,
+)
 from automl.search.baseline import baseline_params
+from automl.search.budget import (
+    count_states,
+    first_start,
+    forgiven_failures,
+    out_of_time,
+    study_state,
+)
 from automl.search.compat import check_compatible, check_target
 from automl.search.space import load_space
 from automl.search.spec import StudySpec, parse_spec
@@ -29,13 +44,6 @@ if TYPE_CHECKING:
 
     from automl.search.space import SearchSpace
 
-FORGIVEN_ATTR = "failures_forgiven"
-# Why no worker can run the study (e.g. its trained model is refused), set by the worker that
-# found it; the study is then failed.
-REFUSED_ATTR = "refused"
-# The data root that a REST submission's files must lie under, when its worker reads them too.
-DATA_ROOT_ATTR = "data_root"
-STOP_ATTR = "stop_requested"
 LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
 
 
@@ -210,20 +218,6 @@ def _spec_mismatch(name: str, stored: StudySpec, new: StudySpec) -> str:
     )
 
 
-def readable_spec(user_attrs: dict) -> StudySpec | None:
-    """The automl spec in a study's user attrs, or None.
-
-    None for a study automl did not create, and for a stored spec this version cannot read
-    (`automl study show` names the problem).
-    """
-    if SPEC_ATTR not in user_attrs:
-        return None
-    try:
-        return parse_spec(user_attrs[SPEC_ATTR])
-    except AutomlError:
-        return None
-
-
 def _stored_spec(storage: BaseStorage, name: str) -> StudySpec | None:
     try:
         storage.get_study_id_from_name(name)
@@ -247,68 +241,9 @@ def load(name: str, storage: BaseStorage) -> tuple[optuna.Study, StudySpec]:
     return study, parse_spec(study.user_attrs[SPEC_ATTR])
 
 
-def count_states(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
-    """Number of trials per state name."""
-    counts = dict.fromkeys(TRIAL_STATES, 0)
-    for trial in trials:
-        counts[trial.state.name] += 1
-    return counts
-
-
-def study_state(
-    spec: StudySpec,
-    counts: dict[str, int],
-    stop_requested: bool,
-    timed_out: bool = False,
-    forgiven: int = 0,
-    refused: bool = False,
-) -> str:
-    """queued, running, done, stopped or failed, from the counts, stop flag and time budget.
-
-    ``forgiven`` failures (see :func:`retry_failed`) do not count towards the failure cap;
-    a ``refused`` study (see :func:`refuse_study`) has failed.
-    """
-    if spec.n_trials is not None and counts["COMPLETE"] >= spec.n_trials:
-        return "done"
-    if counts["RUNNING"]:
-        return "running"
-    if stop_requested:
-        return "stopped"
-    if refused or counts["FAIL"] >= fail_cap(spec, forgiven):
-        return "failed"
-    return "done" if timed_out else "queued"
-
-
 def state_counts(storage: BaseStorage, study_id: int) -> tuple[dict[str, int], datetime | None]:
     """Trials per state name and the first trial's start: one query on our RDB storages."""
     return count_trial_states(storage, study_id)
-
-
-def first_start(trials: list[optuna.trial.FrozenTrial]) -> datetime | None:
-    """When the first of ``trials`` started; None when none has."""
-    return min((t.datetime_start for t in trials if t.datetime_start is not None), default=None)
-
-
-def out_of_time(spec: StudySpec, started: datetime | None) -> bool:
-    """Whether ``timeout_s`` has passed since ``started``, the study's first trial's start."""
-    if spec.timeout_s is None or started is None:
-        return False
-    return (datetime.now() - started).total_seconds() >= spec.timeout_s
-
-
-def fail_cap(spec: StudySpec, forgiven: int = 0) -> int:
-    """How many failed trials end a study: a space that keeps failing must not spin forever.
-
-    Args:
-        spec: The study's spec.
-        forgiven: Failures before the last :func:`retry_failed`, which no longer count.
-    """
-    return max(2 * (spec.n_trials or 0), 10) + forgiven
-
-
-def forgiven_failures(user_attrs: dict) -> int:
-    """How many failures of a study :func:`retry_failed` has forgiven (its user attrs)."""
-    return int(user_attrs.get(FORGIVEN_ATTR, 0))
 
 
 def retry_failed(name: str, storage: BaseStorage) -> int:

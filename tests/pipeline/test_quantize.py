@@ -201,6 +201,13 @@ def test_trt_methods_need_calibration(exported_models, tmp_path, method):
 TRT_TYPES = {"int8-trt": onnx.TensorProto.INT8, "fp8-trt": onnx.TensorProto.FLOAT8E4M3FN}
 
 
+def test_the_recipes_checked_here_are_the_tensorrt_methods_of_the_catalog() -> None:
+    # A new TensorRT method must state the type of its Q/DQ tensors here to be checked.
+    assert set(TRT_TYPES) == {m.name for m in METHODS.values() if "ort-tensorrt" in m.backends} - {
+        "fp16"
+    }
+
+
 @pytest.fixture(scope="module")
 def trt(
     digits, exported_models, tmp_path_factory

@@ -4,8 +4,7 @@ import numpy as np
 import optuna
 import pytest
 
-from automl.records import front_columns
-from automl.service.studies import SPEC_ATTR, STOP_ATTR
+from automl.records import SPEC_ATTR, STOP_ATTR, front_columns
 from automl.storage.workers import WorkerBeacon
 
 pytest_plugins = ["api_fixtures"]

@@ -15,11 +15,11 @@ from optuna.artifacts import download_artifact
 from automl.errors import DataError, SpecError
 from automl.fleet.scheduler import Scope, runnable_studies
 from automl.fleet.study_loop import run_study_loop
+from automl.records import FORGIVEN_ATTR
 from automl.search.spec import parse_spec
 from automl.service.fingerprints import DATA_ATTR
 from automl.service.read import list_studies, pareto_front, waiting_reason
 from automl.service.studies import (
-    FORGIVEN_ATTR,
     StudyNotFound,
     create_study,
     get_study,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import onnxruntime as ort
 import pytest
@@ -23,10 +23,10 @@ from automl.targets._registry import _parse_target
 from automl.targets.nvidia_smi import parse_gpu_identities, parse_gpu_query
 from automl.targets.presence import gpu_identity, runtime_refusal
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-NAMES = ["a100", "cpu", "h100", "h200", "rtx4090"]
+# Every target file shipped, by name: the registry must load each, in this order.
+NAMES = sorted(
+    p.stem for p in (Path(__file__).resolve().parents[2] / "automl" / "targets").glob("*.yaml")
+)
 # What `nvidia-smi` prints on a host with two A100s, the first in MIG mode, per query.
 FAKE_NVIDIA_SMI = """#!/bin/sh
 case "$1" in
