@@ -1,0 +1,275 @@
+"""Serving stage: a model under an open-loop Poisson load, batched by Triton's dynamic-batcher rules.
+
+:func:`measure_load` replays a precomputed arrival schedule against the clock. There is no
+generator thread: the serving threads themselves (one per model instance) take the requests
+whose arrival time has passed, so arrivals never wait for a response (open loop by
+construction), and the harness adds no queue hand-off of its own. A thread forms a batch as
+Triton's dynamic batcher does: when ``max_batch`` requests are waiting, or when the oldest has
+waited ``max_queue_delay_ms``, it takes every waiting request up to ``max_batch``. A request's
+latency runs from its arrival to the end of its batch, queueing included.
+
+A run that cannot keep up is recorded as such: requests still waiting at the deadline are
+counted as dropped, never extrapolated. :func:`harness_floor` measures the same schedule against
+a model that does nothing, which is what the harness itself costs at that rate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from automl.errors import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+# How long before a target time a waiting thread stops sleeping and spins: sleep overshoots by
+# about 0.1 ms on Linux.
+_SPIN_S = 2e-4
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Dynamic-batching settings, as Triton's ``config.pbtxt`` names them.
+
+    Attributes:
+        max_batch: The largest batch the batcher forms.
+        max_queue_delay_ms: How long the oldest waiting request may wait for others.
+        instances: Model instances serving at once, each on its own thread.
+    """
+
+    max_batch: int = 1
+    max_queue_delay_ms: float = 0.0
+    instances: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.instances < 1 or self.max_queue_delay_ms < 0:
+            raise SpecError(
+                f"serving settings need max_batch >= 1, instances >= 1 and "
+                f"max_queue_delay_ms >= 0, got {self}"
+            )
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """One run at one offered rate.
+
+    Attributes:
+        offered_rps: The Poisson rate of the arrival schedule.
+        achieved_rps: Completed requests over the time from the first arrival to the last
+            completion.
+        requests: Requests in the schedule.
+        completed: Requests served before the deadline.
+        dropped: Requests still waiting at the deadline: the run did not keep up.
+        latency_ms: p50, p90, p99 and p99.9 of the completed requests, arrival to result.
+        queue_ms: Mean time from arrival to the start of the request's batch.
+        compute_ms: Mean time of a batch's model call.
+        batch_sizes: How many batches of each size ran.
+    """
+
+    offered_rps: float
+    achieved_rps: float
+    requests: int
+    completed: int
+    dropped: int
+    latency_ms: dict[str, float]
+    queue_ms: float
+    compute_ms: float
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def kept_up(self) -> bool:
+        """Whether every request was served before the deadline."""
+        return self.dropped == 0
+
+    def p99_within(self, slo_ms: float) -> bool:
+        """Whether the run kept up with a p99 at most ``slo_ms``."""
+        return self.kept_up and self.latency_ms["p99"] <= slo_ms
+
+
+def arrival_schedule(rate_rps: float, duration_s: float, seed: int = 0) -> np.ndarray:
+    """Poisson arrival times in seconds from 0: exponential gaps at ``rate_rps``, seeded."""
+    if rate_rps <= 0 or duration_s <= 0:
+        raise SpecError(f"a load needs a rate and a duration above 0, got {rate_rps}, {duration_s}")
+    rng = np.random.default_rng(seed)
+    expected = rate_rps * duration_s
+    gaps = rng.exponential(1.0 / rate_rps, size=int(expected + 6 * np.sqrt(expected) + 10))
+    times = np.cumsum(gaps)
+    return times[times < duration_s]
+
+
+def measure_load(
+    instances: Sequence[Callable[[np.ndarray], object]],
+    rows: np.ndarray,
+    batching: Batching,
+    rate_rps: float,
+    *,
+    duration_s: float = 2.0,
+    seed: int = 0,
+    deadline_s: float | None = None,
+) -> LoadRun:
+    """Serve a Poisson schedule at ``rate_rps`` with ``instances`` (one callable each).
+
+    Args:
+        instances: One callable per model instance, taking a batch of rows; their count must be
+            ``batching.instances``.
+        rows: Sample inputs; request ``i`` sends row ``i % len(rows)``.
+        batching: The dynamic-batching settings.
+        rate_rps: The offered rate, requests per second.
+        duration_s: The length of the schedule.
+        seed: Seed of the arrival schedule.
+        deadline_s: When, from the first arrival, waiting requests are dropped; by default the
+            schedule's length plus a second.
+
+    Returns:
+        The run: latency percentiles, achieved rate, drops, batch sizes, queue against compute.
+    """
+    if len(instances) != batching.instances:
+        raise SpecError(f"{batching.instances} instances configured, {len(instances)} given")
+    arrivals = arrival_schedule(rate_rps, duration_s, seed)
+    state = _Replay(
+        arrivals, rows, batching, duration_s + 1.0 if deadline_s is None else deadline_s
+    )
+    threads = [threading.Thread(target=state.serve, args=(run,)) for run in instances]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return state.result(rate_rps)
+
+
+def harness_floor(
+    rows: np.ndarray, batching: Batching, rate_rps: float, *, duration_s: float = 2.0, seed: int = 0
+) -> LoadRun:
+    """The same schedule served by models that return at once: the harness's own latency."""
+    return measure_load(
+        [_null_model] * batching.instances,
+        rows,
+        batching,
+        rate_rps,
+        duration_s=duration_s,
+        seed=seed,
+    )
+
+
+def _null_model(batch: np.ndarray) -> None:
+    return None
+
+
+class _Replay:
+    """The shared state of one run: the schedule, the next request to take, what was done."""
+
+    def __init__(
+        self, arrivals: np.ndarray, rows: np.ndarray, batching: Batching, deadline_s: float
+    ) -> None:
+        self.arrivals, self.rows, self.batching = arrivals, rows, batching
+        self.delay_s = batching.max_queue_delay_ms / 1e3
+        self.deadline_s = deadline_s
+        self.head = 0  # the oldest request not yet taken
+        self.lock = threading.Lock()
+        self.done_s = np.full(len(arrivals), np.nan)  # each request's completion
+        self.started_s = np.full(len(arrivals), np.nan)  # its batch's start
+        self.batches: list[tuple[int, float]] = []  # (size, compute seconds)
+        self.t0 = time.perf_counter() + 0.005  # a moment to start every thread
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def serve(self, run: Callable[[np.ndarray], object]) -> None:
+        """Take batches as the batcher's rules allow, run them, until none is left."""
+        while (taken := self._take()) is not None:
+            first, last = taken
+            indices = np.arange(first, last) % len(self.rows)
+            start = self.now()
+            run(self.rows[indices])
+            end = self.now()
+            with self.lock:
+                self.started_s[first:last] = start
+                self.done_s[first:last] = end
+                self.batches.append((last - first, end - start))
+
+    def _take(self) -> tuple[int, int] | None:
+        """The next batch ``[first, last)``, once it may form; None when the run is over."""
+        while True:
+            with self.lock:
+                first = self.head
+                if first >= len(self.arrivals) or self.now() > self.deadline_s:
+                    return None
+                ready = self._ready_at(first)
+                now = self.now()
+                if now >= ready:
+                    last = min(
+                        first + self.batching.max_batch,
+                        int(np.searchsorted(self.arrivals, now, side="right")),
+                    )
+                    self.head = max(last, first + 1)
+                    return first, self.head
+            _wait_until(self, min(ready, self.deadline_s))
+
+    def _ready_at(self, first: int) -> float:
+        """When the batch that starts at request ``first`` may form: full, or its oldest has
+        waited the queue delay."""
+        full = first + self.batching.max_batch - 1
+        flush = self.arrivals[first] + self.delay_s
+        if full < len(self.arrivals):
+            return max(self.arrivals[first], min(self.arrivals[full], flush))
+        return flush
+
+    def result(self, rate_rps: float) -> LoadRun:
+        served = ~np.isnan(self.done_s)
+        latency = (self.done_s[served] - self.arrivals[served]) * 1e3
+        queue = (self.started_s[served] - self.arrivals[served]) * 1e3
+        span = (np.nanmax(self.done_s) - self.arrivals[0]) if served.any() else float("nan")
+        percentiles = dict(zip(("p50", "p90", "p99", "p99.9"), (50, 90, 99, 99.9), strict=True))
+        return LoadRun(
+            offered_rps=rate_rps,
+            achieved_rps=float(served.sum() / span) if served.any() and span > 0 else 0.0,
+            requests=len(self.arrivals),
+            completed=int(served.sum()),
+            dropped=int((~served).sum()),
+            latency_ms={k: float(np.percentile(latency, q)) for k, q in percentiles.items()}
+            if served.any()
+            else {},
+            queue_ms=float(queue.mean()) if served.any() else float("nan"),
+            compute_ms=float(np.mean([s for _, s in self.batches]) * 1e3) if self.batches else 0.0,
+            batch_sizes=dict(sorted(Counter(size for size, _ in self.batches).items())),
+        )
+
+
+def _wait_until(replay: _Replay, target_s: float) -> None:
+    """Sleep until ``target_s`` on the run's clock, spinning the last fraction of a millisecond."""
+    while (left := target_s - replay.now()) > 0:
+        if left > _SPIN_S:
+            time.sleep(left - _SPIN_S)
+
+
+def max_rate(
+    measure: Callable[[float], LoadRun], slo_p99_ms: float, start_rps: float, *, probes: int = 8
+) -> tuple[float, list[LoadRun]]:
+    """The highest offered rate whose run keeps up with a p99 within ``slo_p99_ms``.
+
+    As MLPerf's server scenario finds its rate: the rate doubles from ``start_rps`` until a run
+    breaks the bound (or halves until one keeps it), then bisects between the last rate that
+    held and the first that broke, ``probes`` runs in all.
+
+    Returns:
+        The rate found (0 when none held) and every run, in the order measured: the curve of
+        p99 against the offered rate.
+    """
+    runs: list[LoadRun] = []
+    held, broke, rate = 0.0, None, start_rps
+    for _ in range(probes):
+        run = measure(rate)
+        runs.append(run)
+        if run.p99_within(slo_p99_ms):
+            held = rate
+            rate = rate * 2 if broke is None else (held + broke) / 2
+        else:
+            broke = rate
+            rate = (held + broke) / 2 if held else rate / 2
+    return held, runs
