@@ -175,7 +175,9 @@ class ParetoOut(BaseModel):
             ],
             columns=[
                 ColumnOut(key=c.key, label=c.label, unit=c.unit)
-                for c in front_columns(front.spec.model is not None)
+                for c in front_columns(
+                    front.spec.model is not None, serving=front.spec.serving is not None
+                )
             ],
             trials=[TrialOut.of(study, record) for record in front.trials],
         )

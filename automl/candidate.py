@@ -134,6 +134,29 @@ class TrainConfig:
             raise SpecError(f"invalid training settings: {self}")
 
 
+@dataclass(frozen=True)
+class Batching:
+    """Dynamic-batching settings of a serving study, as Triton's ``config.pbtxt`` names them
+    (see :mod:`automl.pipeline.serving`).
+
+    Attributes:
+        max_batch: The largest batch the batcher forms.
+        max_queue_delay_ms: How long the oldest waiting request may wait for others.
+        instances: Model instances serving at once, each on its own thread.
+    """
+
+    max_batch: int = 1
+    max_queue_delay_ms: float = 0.0
+    instances: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.instances < 1 or self.max_queue_delay_ms < 0:
+            raise SpecError(
+                f"serving settings need max_batch >= 1, instances >= 1 and "
+                f"max_queue_delay_ms >= 0, got {self}"
+            )
+
+
 # ONNX Runtime's graph optimisation levels, fewest rewrites first (see automl.pipeline._ort).
 GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 
@@ -148,7 +171,9 @@ class Candidate:
     The fine-tune after pruning runs at ``finetune_lr`` (default: a third of ``train.lr``) and,
     with ``kd_alpha`` > 0, distils the unpruned model's logits at ``kd_temperature``.
     ``graph_optimization`` is ONNX Runtime's graph optimisation level for the deployed graph
-    (``disable``, ``basic``, ``extended`` or ``all``).
+    (``disable``, ``basic``, ``extended`` or ``all``). ``serving`` holds the dynamic-batching
+    settings of a serving study (the ``serving.*`` knobs); ``batch_size`` is then the batch
+    that isolated latency is measured at.
     """
 
     arch: ArchConfig | None
@@ -163,6 +188,7 @@ class Candidate:
     kd_alpha: float = 0.0
     kd_temperature: float = 4.0
     graph_optimization: str = "all"
+    serving: Batching | None = None
 
     def __post_init__(self) -> None:
         if self.graph_optimization not in GRAPH_OPTIMIZATIONS:
@@ -206,4 +232,6 @@ class Candidate:
         arch_values = values.pop("arch", None)
         arch = ArchConfig(**arch_values) if arch_values else None
         train = TrainConfig(**values.pop("train", {}))
-        return cls(arch=arch, train=train, **values)
+        serving = values.pop("serving", None)
+        batching = Batching(**serving) if serving else None
+        return cls(arch=arch, train=train, serving=batching, **values)

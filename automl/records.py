@@ -60,6 +60,15 @@ BASELINE_METRICS: dict[str, Literal["maximize", "minimize"]] = {
     "size_ratio": "minimize",
 }
 METRICS.update(BASELINE_METRICS)
+# Metrics under load: only a study with a serving scenario (``serving:``) has them.
+# ``serving_p99_ms`` is the p99 latency, from arrival to result, at the scenario's rate (at the
+# max rate found where that rate is ``max``); ``max_rate_rps`` the highest Poisson rate whose
+# p99 stays within the scenario's SLO.
+SERVING_METRICS: dict[str, Literal["maximize", "minimize"]] = {
+    "serving_p99_ms": "minimize",
+    "max_rate_rps": "maximize",
+}
+METRICS.update(SERVING_METRICS)
 # Recorded for every trial and shown in every view, but never an objective or constraint: the
 # accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
 TEST_METRIC = "test_accuracy"
@@ -212,12 +221,26 @@ BASELINE_COLUMNS = (
 )
 
 
-def front_columns(trained_model: bool, *, brief: bool = False) -> tuple[Column, ...]:
-    """The columns of a study's front: a trained model's study leads with its baseline's.
+# Under load, in a study with a serving scenario: shown after the accuracies.
+SERVING_COLUMNS = (
+    Column("max_rate_rps", "max req/s", "{:,.0f}", "req/s"),
+    Column("serving_p99_ms", "p99 served ms", "{:.4g}", "ms"),
+)
+
+
+def front_columns(
+    trained_model: bool, *, serving: bool = False, brief: bool = False
+) -> tuple[Column, ...]:
+    """The columns of a study's front: a trained model's study leads with its baseline's, and
+    a serving study shows its load figures after the accuracies.
 
     ``brief`` keeps those that a terminal's table shows (:attr:`Column.brief`).
     """
-    columns = (*BASELINE_COLUMNS, *FRONT_COLUMNS) if trained_model else FRONT_COLUMNS
+    columns = FRONT_COLUMNS
+    if serving:
+        columns = (*columns[:3], *SERVING_COLUMNS, *columns[3:])
+    if trained_model:
+        columns = (*BASELINE_COLUMNS, *columns)
     return tuple(c for c in columns if c.brief or not brief)
 
 

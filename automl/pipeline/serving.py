@@ -18,41 +18,26 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from automl.errors import SpecError
+from automl.candidate import Batching
+from automl.errors import SpecError, TrialFailed
+from automl.pipeline._ort import feed, input_dtype, input_name
+from automl.pipeline.timers import backend_session
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    from automl.search.spec import Serving
+    from automl.targets import Target
 
 # How long before a target time a waiting thread stops sleeping and spins: sleep overshoots by
 # about 0.1 ms on Linux.
 _SPIN_S = 2e-4
-
-
-@dataclass(frozen=True)
-class Batching:
-    """Dynamic-batching settings, as Triton's ``config.pbtxt`` names them.
-
-    Attributes:
-        max_batch: The largest batch the batcher forms.
-        max_queue_delay_ms: How long the oldest waiting request may wait for others.
-        instances: Model instances serving at once, each on its own thread.
-    """
-
-    max_batch: int = 1
-    max_queue_delay_ms: float = 0.0
-    instances: int = 1
-
-    def __post_init__(self) -> None:
-        if self.max_batch < 1 or self.instances < 1 or self.max_queue_delay_ms < 0:
-            raise SpecError(
-                f"serving settings need max_batch >= 1, instances >= 1 and "
-                f"max_queue_delay_ms >= 0, got {self}"
-            )
 
 
 @dataclass(frozen=True)
@@ -67,6 +52,9 @@ class LoadRun:
         completed: Requests served before the deadline.
         dropped: Requests still waiting at the deadline: the run did not keep up.
         latency_ms: p50, p90, p99 and p99.9 of the completed requests, arrival to result.
+        p99_bound_ms: The p99 with each dropped request counted as waiting until the deadline:
+            a lower bound of the true p99 where the run did not keep up, and the p99 where it
+            did.
         queue_ms: Mean time from arrival to the start of the request's batch.
         compute_ms: Mean time of a batch's model call.
         batch_sizes: How many batches of each size ran.
@@ -80,7 +68,16 @@ class LoadRun:
     latency_ms: dict[str, float]
     queue_ms: float
     compute_ms: float
+    p99_bound_ms: float
     batch_sizes: dict[int, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """Plain JSON-able form (batch sizes keyed by their text), with ``kept_up``."""
+        return {
+            **{k: v for k, v in self.__dict__.items() if k != "batch_sizes"},
+            "batch_sizes": {str(k): v for k, v in self.batch_sizes.items()},
+            "kept_up": self.kept_up,
+        }
 
     @property
     def kept_up(self) -> bool:
@@ -223,6 +220,7 @@ class _Replay:
     def result(self, rate_rps: float) -> LoadRun:
         served = ~np.isnan(self.done_s)
         latency = (self.done_s[served] - self.arrivals[served]) * 1e3
+        waited = (np.where(served, self.done_s, self.deadline_s) - self.arrivals) * 1e3
         queue = (self.started_s[served] - self.arrivals[served]) * 1e3
         span = (np.nanmax(self.done_s) - self.arrivals[0]) if served.any() else float("nan")
         percentiles = dict(zip(("p50", "p90", "p99", "p99.9"), (50, 90, 99, 99.9), strict=True))
@@ -235,7 +233,8 @@ class _Replay:
             latency_ms={k: float(np.percentile(latency, q)) for k, q in percentiles.items()}
             if served.any()
             else {},
-            queue_ms=float(queue.mean()) if served.any() else float("nan"),
+            queue_ms=float(queue.mean()) if served.any() else 0.0,
+            p99_bound_ms=float(np.percentile(waited, 99)),
             compute_ms=float(np.mean([s for _, s in self.batches]) * 1e3) if self.batches else 0.0,
             batch_sizes=dict(sorted(Counter(size for size, _ in self.batches).items())),
         )
@@ -273,3 +272,68 @@ def max_rate(
             broke = rate
             rate = (held + broke) / 2 if held else rate / 2
     return held, runs
+
+
+# Load runs of the max-rate search: doublings from the first guess, then bisections.
+MAX_RATE_PROBES = 6
+
+
+def measure_serving(
+    model_path: Path,
+    target: Target,
+    rows: np.ndarray,
+    batching: Batching,
+    scenario: Serving,
+    *,
+    method: str,
+    start_rps: float,
+    optimization: str = "all",
+    seed: int = 0,
+) -> dict:
+    """Serve the deployed graph under a study's scenario, on the target's backend.
+
+    One session per instance, the target's threads split between them. At an offered rate,
+    one run; at ``rate_rps: max``, the max-rate search from ``start_rps`` (a guess from the
+    isolated latency). The harness floor is measured on the same settings at the same rate.
+
+    Returns:
+        ``metrics`` (``serving_p99_ms``, ``max_rate_rps`` where searched) and ``record``: the
+        scenario, the settings, every run (the curve of p99 against the offered rate) and the
+        floor, with its share of the SLO.
+
+    Raises:
+        TrialFailed: No request was served at any rate tried.
+    """
+    threads = max(1, target.intra_op_threads // batching.instances)
+    sessions = [
+        backend_session(model_path, target, method, optimization=optimization, threads=threads)
+        for _ in range(batching.instances)
+    ]
+    name, x = input_name(sessions[0]), feed(rows, input_dtype(sessions[0]))
+    runs = [lambda batch, s=s: s.run(None, {name: batch}) for s in sessions]
+
+    def measure(rate: float) -> LoadRun:
+        return measure_load(runs, x, batching, rate, duration_s=scenario.duration_s, seed=seed)
+
+    if scenario.rate_rps == "max":
+        rate, curve = max_rate(measure, scenario.slo_p99_ms, start_rps, probes=MAX_RATE_PROBES)
+        at = next((r for r in curve if r.offered_rps == rate), min(curve, key=_offered))
+        metrics = {"max_rate_rps": rate, "serving_p99_ms": at.p99_bound_ms}
+    else:
+        at = measure(float(scenario.rate_rps))
+        curve, metrics = [at], {"serving_p99_ms": at.p99_bound_ms}
+    if not any(run.completed for run in curve):
+        raise TrialFailed(f"served no request within {scenario.duration_s + 1:g} s at any rate")
+    floor = harness_floor(x, batching, at.offered_rps, duration_s=scenario.duration_s, seed=seed)
+    record = {
+        "scenario": scenario.model_dump(),
+        "settings": asdict(batching),
+        "runs": [run.as_dict() for run in sorted(curve, key=_offered)],
+        "floor_p99_ms": floor.p99_bound_ms,
+        "floor_share_of_slo": floor.p99_bound_ms / scenario.slo_p99_ms,
+    }
+    return {"metrics": metrics, "record": record}
+
+
+def _offered(run: LoadRun) -> float:
+    return run.offered_rps

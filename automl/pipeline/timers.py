@@ -140,11 +140,12 @@ def backend_session(
     *,
     cuda_graph: bool = False,
     optimization: str = "all",
+    threads: int | None = None,
 ) -> ort.InferenceSession:
     """A session of ``model_path`` on the backend that measures ``method`` on ``target``.
 
     Its providers and options are the backend's (see :meth:`Backend.provider_options`), its
-    threads the target's, its graph optimisation level ``optimization``. The trial evaluates accuracy in this session, so accuracy is the
+    threads the target's (or ``threads``), its graph optimisation level ``optimization``. The trial evaluates accuracy in this session, so accuracy is the
     deployed runtime's.
 
     Raises:
@@ -154,7 +155,7 @@ def backend_session(
     backend = target.backend_for(method)
     options = backend.provider_options(method, cache_dir, cuda_graph=cuda_graph)
     unsafe = get_method(method).unsafe_rewrites
-    threads = target.intra_op_threads
+    threads = target.intra_op_threads if threads is None else threads
     try:
         return make_session(model_path, backend.providers, threads, options, unsafe, optimization)
     except ORT_ERRORS as e:  # e.g. a TensorRT engine that does not build

@@ -102,7 +102,7 @@ def front_table(front: list[dict], spec: StudySpec) -> Table:
     A trained model's study shows its baseline too, marked, and each row's speedup and
     accuracy drop against it.
     """
-    columns = front_columns(spec.model is not None, brief=True)
+    columns = front_columns(spec.model is not None, serving=spec.serving is not None, brief=True)
     shown = sum(1 for t in front if t.get("on_front", True))
     table = Table(title=f"Pareto front of {spec.name} on {spec.target} ({shown} trials)")
     table.add_column("trial", justify="right", min_width=5)
@@ -136,6 +136,11 @@ def describe(record: dict) -> str:
     model = f"{arch['family']} w{arch['width']} d{arch['depth']} " if arch else ""
     level = candidate.get("graph_optimization", "all")
     graph = f" graph-opt {level}" if level != "all" else ""
+    if serving := candidate.get("serving"):  # the dynamic batcher's settings
+        graph += (
+            f" serve ≤{serving['max_batch']} wait {serving['max_queue_delay_ms']:g} ms"
+            f" ×{serving['instances']}"
+        )
     return (
         f"{model}prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
         f"{graph}"

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from automl.candidate import Candidate
 from automl.catalog import FAMILIES, legacy_bits
 from automl.errors import SpecError
+from automl.search.spec import Serving, StudySpec, parse_spec
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -42,6 +43,9 @@ KEYS = (
     "kd_alpha",
     "kd_temperature",
     "graph_optimization",
+    "serving.max_batch",
+    "serving.max_queue_delay_ms",
+    "serving.instances",
     "train.epochs",
     "train.lr",
     "train.weight_decay",
@@ -51,7 +55,10 @@ KEYS = (
 # passed to a user-written family as ``name=``.
 EXTRA_PREFIX = "arch.extra."
 # Knobs that change how a model is deployed, not its weights.
-DEPLOYMENT_KEYS = ("bits", "int8_mode", "method", "batch_size", "graph_optimization")
+DEPLOYMENT_KEYS = (
+    "bits", "int8_mode", "method", "batch_size", "graph_optimization", "serving.max_batch",
+    "serving.max_queue_delay_ms", "serving.instances",
+)  # fmt: skip
 MAX_DEPLOYMENTS = 4096
 # Knobs of a torch model's weights: an ONNX model has none of them.
 _TORCH_ONLY = (
@@ -115,6 +122,7 @@ class SearchSpace(BaseModel):
     """A named space: parameters in suggestion order, keyed by Optuna parameter name.
 
     ``output_layer`` names the output layer of a user-written family, if not ``classifier``.
+    ``serving`` is the serving scenario of a study of this space whose spec sets none.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -122,6 +130,7 @@ class SearchSpace(BaseModel):
     description: str = ""
     params: dict[str, Param]
     output_layer: str | None = None
+    serving: Serving | None = None
 
     @model_validator(mode="after")
     def _keys(self) -> SearchSpace:
@@ -323,15 +332,36 @@ def _suggest(trial: optuna.Trial, name: str, param: Param) -> Any:
     return param.value
 
 
+def with_scenario(spec: StudySpec, space: SearchSpace) -> StudySpec:
+    """``spec`` with its space's serving scenario where it sets none (and the defaults that
+    follow from one, such as the objectives).
+
+    Raises:
+        SpecError: The space searches ``serving.*`` knobs and no scenario is set.
+    """
+    if spec.serving is None and space.serving is not None:
+        given = spec.model_dump(mode="json", exclude_unset=True)
+        return parse_spec({**given, "serving": space.serving.model_dump(mode="json")})
+    keys = {param.sets or name for name, param in space.params.items()}
+    if spec.serving is None and any(k.startswith("serving.") for k in keys):
+        raise SpecError(
+            f"search space {space.name!r} searches serving settings: set a serving scenario, "
+            "e.g. serving: {rate_rps: max, slo_p99_ms: 10}"
+        )
+    return spec
+
+
 def candidate_from_values(values: dict[str, Any]) -> Candidate:
     """Build a ``Candidate`` from flat keys such as ``arch.width``, ``arch.extra.x`` and ``bits``."""
+    if "serving.max_batch" in values and "batch_size" not in values:  # isolated at that batch
+        values = {**values, "batch_size": values["serving.max_batch"]}
     nested: dict[str, Any] = {"arch": {}, "train": {}}
     for key, value in values.items():
         group, _, field = key.partition(".")
         if _is_extra(key):
             nested["arch"].setdefault("extra", {})[key.removeprefix(EXTRA_PREFIX)] = value
         elif field:
-            nested[group][field] = value
+            nested.setdefault(group, {})[field] = value
         else:
             nested[key] = value
     try:

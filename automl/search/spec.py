@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from automl.errors import SpecError
 from automl.plugins import PLUGIN
-from automl.records import BASELINE_METRICS, METRICS, TEST_METRIC
+from automl.records import BASELINE_METRICS, METRICS, SERVING_METRICS, TEST_METRIC
 
 # Linear for the sampler: accuracy_drop may be negative, and accuracies are bounded.
 _LINEAR_METRICS = ("accuracy", "accuracy_drop")
@@ -181,6 +181,28 @@ class TrainedModel(BaseModel):
         return self.factory or self.weights
 
 
+class Serving(BaseModel):
+    """A serving scenario: requests arrive as a Poisson process and are judged by their p99.
+
+    ``rate_rps`` is the offered rate, or ``max`` to find the highest rate whose p99 stays within
+    ``slo_p99_ms`` (see :func:`automl.pipeline.serving.max_rate`). Each load run lasts
+    ``duration_s``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    arrival: Literal["poisson"] = "poisson"
+    rate_rps: float | Literal["max"] = "max"
+    slo_p99_ms: float = Field(gt=0, le=60_000)
+    duration_s: float = Field(default=1.0, gt=0, le=60)
+
+    @field_validator("rate_rps")
+    @classmethod
+    def _positive(cls, rate: float | str) -> float | str:
+        if rate != "max" and not 0 < float(rate) <= 1e7:
+            raise ValueError("must be a rate in (0, 1e7] requests per second, or 'max'")
+        return rate
+
+
 def _default_objectives() -> list[Objective]:
     return [Objective(metric="accuracy"), Objective(metric="latency_per_sample_ms")]
 
@@ -220,6 +242,9 @@ class StudySpec(BaseModel):
     dataset_name: str | None = Field(
         default=None, description="how the user named the data, where it is not a path"
     )
+    serving: Serving | None = Field(
+        default=None, description="a serving scenario: trials are also measured under load"
+    )
 
     @field_validator("name")
     @classmethod
@@ -239,6 +264,9 @@ class StudySpec(BaseModel):
             raise ValueError("set n_trials or timeout_s, or the study never ends")
         if self.model is not None:
             self._trained_defaults()
+        if self.serving is not None:
+            self._serving_defaults()
+        self._check_serving_metrics()
         used = {*metrics, *(c.metric for c in self.constraints)} & set(BASELINE_METRICS)
         if self.model is None and used:
             raise ValueError(
@@ -258,6 +286,25 @@ class StudySpec(BaseModel):
             what = (self.model.factory or "").rpartition(":")[2] or Path(self.model.weights).stem
         what = re.sub(r"[^A-Za-z0-9_.-]+", "-", what).lstrip("_.-") or "study"
         return f"{what[:90]}-{self.target}"
+
+    def _serving_defaults(self) -> None:
+        """A serving study trades accuracy for its max rate (or its p99 at the offered rate),
+        under its SLO rather than an isolated-latency bound."""
+        if "objectives" not in self.model_fields_set and self.model is None:
+            load = "max_rate_rps" if self.serving.rate_rps == "max" else "serving_p99_ms"
+            object.__setattr__(
+                self, "objectives", [Objective(metric="accuracy"), Objective(metric=load)]
+            )
+        if "constraints" not in self.model_fields_set and self.model is None:
+            object.__setattr__(self, "constraints", [])
+
+    def _check_serving_metrics(self) -> None:
+        used = {o.metric for o in self.objectives} | {c.metric for c in self.constraints}
+        if self.serving is None and used & set(SERVING_METRICS):
+            raise ValueError(
+                f"{sorted(used & set(SERVING_METRICS))} are measured under load: add a serving "
+                "scenario, e.g. serving: {rate_rps: max, slo_p99_ms: 10}"
+            )
 
     def _trained_defaults(self) -> None:
         """A trained model's study searches speedup against accuracy drop by default."""

@@ -31,7 +31,7 @@ from automl.search.budget import (
     study_state,
 )
 from automl.search.compat import check_compatible, check_target
-from automl.search.space import load_space
+from automl.search.space import load_space, with_scenario
 from automl.search.spec import StudySpec, parse_spec
 from automl.service.fingerprints import DATA_ATTR, check_fingerprint
 from automl.storage.capabilities import count_states as count_trial_states
@@ -113,6 +113,7 @@ def create_study(
     """
     target = load_target(spec.target)
     space = load_space(spec.search_space)
+    spec = with_scenario(spec, space)
     check_target(space, target)
     baseline = _baseline_params(spec, space)
     check_source_form(spec.dataset)

@@ -168,6 +168,7 @@ class StudyObjective:
                 constraints=self.spec.constraints,
                 trained=self._trained,
                 baseline_batch=baseline_batch(self.spec, space),
+                serving=self.spec.serving,
             )
             artifact_id = upload_artifact(
                 artifact_store=self.artifact_store,
@@ -189,6 +190,7 @@ class StudyObjective:
             "latency_noisy": not (outcome.latency["converged"] or outcome.latency["over_budget"]),
             "env": outcome.env,
             "history": outcome.history,
+            **({"serving": outcome.serving} if outcome.serving else {}),
             "preprocessing": data.preprocessing,
             DESCRIPTION_ATTR: describe_dataset(data),
             ARTIFACT_ID: artifact_id,

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 import onnxruntime as ort
 import torch
 
+from automl.candidate import Batching
 from automl.catalog import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
 from automl.pipeline.ort_packages import gpu_runtime_versions
+from automl.pipeline.serving import measure_serving
 from automl.pipeline.timers import backend_session
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
     from automl.inputs.data import Dataset
     from automl.inputs.onnx_model import OnnxModel
     from automl.inputs.trained_model import TrainedModel
-    from automl.search.spec import Constraint
+    from automl.pipeline.quantize import QuantizedModel
+    from automl.search.spec import Constraint, Serving
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache
 
@@ -50,6 +53,7 @@ class TrialOutcome:
     env: dict
     history: dict
     reused: dict[str, bool]
+    serving: dict | None = None  # the load runs of a serving study (see measure_serving)
 
 
 def run_trial(
@@ -64,6 +68,7 @@ def run_trial(
     constraints: Sequence[Constraint] = (),
     trained: TrainedModel | OnnxModel | None = None,
     baseline_batch: int = 1,
+    serving: Serving | None = None,
 ) -> TrialOutcome:
     """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.
 
@@ -86,6 +91,9 @@ def run_trial(
             ``speedup``, ``speedup_same_batch``, ``accuracy_drop`` and ``size_ratio``
             are recorded.
         baseline_batch: The baseline's serving batch.
+        serving: A serving scenario: the graph is then also served under load with the
+            candidate's batching settings (see :func:`automl.pipeline.serving.measure_serving`),
+            and ``serving_p99_ms`` (and ``max_rate_rps``) recorded.
 
     Returns:
         The quantized artifact and its metrics: ``accuracy`` on the validation split (what the
@@ -128,6 +136,10 @@ def run_trial(
     if trained is not None:
         baseline = _baseline(stages, target, data, metrics, baseline_batch, timings)
         metrics.update(baseline.compare(metrics))
+    served = None
+    if serving is not None:
+        served = _serve(quantized, candidate, target, data, serving, latency, seed)
+        metrics.update(served["metrics"])
     return TrialOutcome(
         artifact=quantized.path,
         metrics=metrics,
@@ -143,7 +155,29 @@ def run_trial(
             **({"baseline": asdict(baseline)} if baseline else {}),
         },
         reused=stages.reused,
+        serving=served and served["record"],
     )
+
+
+def _serve(
+    quantized: QuantizedModel,
+    candidate: Candidate,
+    target: Target,
+    data: Dataset,
+    scenario: Serving,
+    latency: Latency,
+    seed: int,
+) -> dict:
+    """The graph under the scenario's load, with the candidate's batching settings (a batcher
+    of its serving batch where the space sets none). The max-rate search starts at a quarter of
+    what the isolated latency says the instances could serve."""
+    batching = candidate.serving or Batching(max_batch=candidate.batch_size)
+    capacity = batching.instances * candidate.batch_size / max(latency.p50_ms / 1e3, 1e-6)
+    return measure_serving(
+        quantized.path, target, data.x_test, batching, scenario, method=quantized.method,
+        start_rps=min(max(capacity / 4, 10.0), 1e6), optimization=candidate.graph_optimization,
+        seed=seed,
+    )  # fmt: skip
 
 
 def evaluate_and_measure(

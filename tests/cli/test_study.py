@@ -271,3 +271,27 @@ def test_objectives_and_constraints_from_the_command_line(cli):
     assert info["infeasible"] == {"size_mb <= 0.0001": 1}  # no model is that small
     shown = cli("study", "show", "flags").stdout
     assert "infeasible: 1 complete trial(s) break size_mb <= 0.0001" in " ".join(shown.split())
+
+
+def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(cli):
+    cli(
+        "study", "start", "--space", "digits-serving", "--n-trials", "3", "--name", "served",
+        "--no-remeasure-front",
+    )  # fmt: skip
+    info = json.loads(cli("study", "show", "served", "--json").stdout)
+    assert info["spec"]["serving"] == {
+        "arrival": "poisson", "rate_rps": "max", "slo_p99_ms": 5.0, "duration_s": 0.5
+    }  # fmt: skip
+    assert [o["metric"] for o in info["spec"]["objectives"]] == ["accuracy", "max_rate_rps"]
+    study = optuna.load_study(study_name="served", storage=cli.storage)
+    for trial in study.trials:
+        served, candidate = trial.user_attrs["serving"], trial.user_attrs["candidate"]
+        assert candidate["serving"]["max_batch"] == candidate["batch_size"]
+        runs = served["runs"]
+        assert [r["offered_rps"] for r in runs] == sorted(r["offered_rps"] for r in runs)
+        held = [r["offered_rps"] for r in runs if r["kept_up"] and r["p99_bound_ms"] <= 5]
+        assert trial.user_attrs["max_rate_rps"] == max(held, default=0.0)
+        assert 0 <= served["floor_share_of_slo"] < 1
+    front = json.loads(cli("study", "pareto", "served", "--json").stdout)
+    assert all("max_rate_rps" in row["metrics"] for row in front)
+    assert "max req/s" in cli("study", "pareto", "served").stdout

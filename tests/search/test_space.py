@@ -154,3 +154,21 @@ def test_every_numeric_knob_has_a_bound():
     words = ("arch.family", "bits", "int8_mode", "method", "graph_optimization")
     unbounded = [k for k in KEYS if k not in words and k not in get_settings().knob_bounds]
     assert not unbounded  # bits are checked against the methods' bit-widths
+
+
+def test_a_serving_space_gives_its_scenario_and_times_isolated_latency_at_max_batch() -> None:
+    from automl.search.space import SearchSpace, with_scenario
+    from automl.search.spec import parse_spec
+
+    space = load_space("digits-serving")
+    spec = with_scenario(parse_spec({"search_space": "digits-serving"}), space)
+    assert spec.serving.slo_p99_ms == 5 and spec.metric_names == ["accuracy", "max_rate_rps"]
+    own = parse_spec({"search_space": "digits-serving", "serving": {"slo_p99_ms": 2}})
+    assert with_scenario(own, space).serving.slo_p99_ms == 2  # the spec's own comes first
+    bare = SearchSpace.model_validate(
+        {"name": "b", "params": {"serving.max_batch": {"type": "fixed", "value": 8}}}
+    )
+    with pytest.raises(SpecError, match="searches serving settings: set a serving scenario"):
+        with_scenario(parse_spec({}), bare)
+    candidate = candidate_from_values({"arch.family": "mlp", "serving.max_batch": 8})
+    assert candidate.batch_size == 8 and candidate.serving.max_batch == 8

@@ -94,3 +94,16 @@ def test_default_names_come_from_the_space_file_or_the_model():
     assert parse_spec({"search_space": "/some/where/my space.yaml"}).name == "my-space-cpu"
     model = {"factory": "pkg.models:resnet18", "weights": "w.pt"}
     assert parse_spec({"model": model, "target": "a100"}).name == "resnet18-a100"
+
+
+def test_a_serving_scenario_sets_its_objectives_and_load_metrics_need_one() -> None:
+    spec = parse_spec({"serving": {"slo_p99_ms": 10}})
+    assert spec.metric_names == ["accuracy", "max_rate_rps"] and spec.constraints == []
+    at_rate = parse_spec({"serving": {"rate_rps": 2000, "slo_p99_ms": 10}})
+    assert at_rate.metric_names == ["accuracy", "serving_p99_ms"]
+    with pytest.raises(SpecError, match=r"\['max_rate_rps'\] are measured under load: add a"):
+        parse_spec({"objectives": [{"metric": "accuracy"}, {"metric": "max_rate_rps"}]})
+    with pytest.raises(SpecError, match="rate in"):
+        parse_spec({"serving": {"rate_rps": -1, "slo_p99_ms": 10}})
+    with pytest.raises(SpecError, match="slo_p99_ms"):
+        parse_spec({"serving": {"rate_rps": "max"}})
