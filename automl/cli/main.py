@@ -18,6 +18,7 @@ from automl.cli.common import (
     print_json,
     shown_url,
 )
+from automl.cli.results import register as register_results
 from automl.cli.study import study_app
 from automl.errors import AutomlError, TargetUnavailable
 from automl.pipeline.ort_packages import require_single_ort
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 app = typer.Typer(
     help="Hardware-aware model-optimization search.", no_args_is_help=True, rich_markup_mode=None
 )
+register_results(study_app)
 app.add_typer(study_app, name="study")
 
 

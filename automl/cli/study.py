@@ -9,12 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from automl.cli.common import (
-    JsonOpt,
     StorageOpt,
     console,
     fail,
     open_cli_storage,
-    print_json,
     shown_url,
 )
 from automl.errors import AutomlError, SpecError
@@ -254,143 +252,6 @@ def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: di
 
     names = [t.strip() for t in targets.split(",")] if targets else [None]
     return [one(t, len(names) > 1) for t in names]
-
-
-@study_app.command("list")
-def list_cmd(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
-    """List the studies in the storage with their state and progress."""
-    from automl.report.tables import studies_table
-    from automl.service.read import list_studies
-
-    infos = list_studies(open_cli_storage(storage, create=False))
-    if as_json:
-        print_json([i.as_dict() for i in infos])
-    else:
-        console.print(studies_table(infos))
-
-
-@study_app.command("show")
-def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
-    """Spec, progress, and failures with their reasons."""
-    from automl.report.tables import study_panel
-    from automl.service.studies import get_study
-
-    try:
-        info = get_study(name, open_cli_storage(storage, create=False))
-    except AutomlError as e:
-        raise fail(e) from None
-    if as_json:
-        print_json(info.as_dict())
-    else:
-        console.print(study_panel(info))
-
-
-@study_app.command("pareto")
-def pareto(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
-    """The Pareto front: non-dominated feasible trials."""
-    from automl.report.tables import front_table
-    from automl.service.read import pareto_front
-    from automl.service.studies import load
-
-    try:
-        store = open_cli_storage(storage, create=False)
-        front = pareto_front(name, store)
-        _, spec = load(name, store)
-    except AutomlError as e:
-        raise fail(e) from None
-    if as_json:
-        print_json([{k: v for k, v in t.items() if k != "user_attrs"} for t in front])
-    else:
-        console.print(front_table(front, spec))
-
-
-@study_app.command("export")
-def export(
-    name: str,
-    out: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx.")],
-    trial: Annotated[int | None, typer.Option(help="Trial number.")] = None,
-    best: Annotated[str | None, typer.Option(help="Best Pareto trial on this metric.")] = None,
-    budget: Annotated[
-        str | None, typer.Option(help="With --best, e.g. 'latency_p99_ms <= 2'.")
-    ] = None,
-    measure_seconds: Annotated[
-        float, typer.Option(help="Latency --budget: re-measure each front model up to this.")
-    ] = 5.0,
-    storage: StorageOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Write a trial's ONNX model and its model.json sidecar.
-
-    A latency --budget is decided on new runs of the front's models here: a trial within noise
-    of it is passed over, and said so.
-    """
-    from automl.service.exports import export_model
-    from automl.settings import get_settings
-    from automl.storage.factory import open_artifact_store
-    from automl.trials.decide import pick_trial
-
-    if (trial is None) == (best is None):
-        raise fail(AutomlError("give exactly one of --trial N or --best METRIC"))
-    pick = None
-    try:
-        store = open_cli_storage(storage, create=False)
-        artifacts = open_artifact_store(get_settings(), create=False)
-        if best is not None:
-            pick = pick_trial(
-                name, store, best, budget, artifact_store=artifacts, max_seconds=measure_seconds
-            )
-        number = trial if pick is None else pick.number
-        sidecar = export_model(name, store, artifacts, number, out)
-    except AutomlError as e:
-        raise fail(e) from None
-    if as_json:
-        print_json(sidecar if pick is None else {**sidecar, "pick": pick.as_dict()})
-        return
-    for note in pick.notes if pick else ():
-        console.print(note, highlight=False)
-    console.print(f"Wrote trial {number} to {out} and {out.with_suffix('.json')}")
-
-
-@study_app.command("compare")
-def compare(first: str, second: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
-    """Compare two fronts: which candidates win where.
-
-    For example, one spec run on two targets.
-    """
-    from automl.report.tables import comparison_table
-    from automl.service.compare import compare_fronts
-
-    try:
-        comparison = compare_fronts(first, second, open_cli_storage(storage, create=False))
-    except AutomlError as e:
-        raise fail(e) from None
-    if as_json:
-        print_json(comparison)
-    else:
-        console.print(comparison_table(comparison))
-
-
-@study_app.command("report")
-def report(
-    name: str,
-    out: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")],
-    models: Annotated[bool, typer.Option(help="Export the front's models beside it.")] = True,
-    storage: StorageOpt = None,
-) -> None:
-    """Write one self-contained HTML report of a study.
-
-    It holds the front, the knobs, their importances, the failures and the environment.
-    """
-    from automl.report.html import write_report
-    from automl.settings import get_settings
-    from automl.storage.factory import open_artifact_store
-
-    try:
-        store = open_artifact_store(get_settings(), create=False) if models else None
-        path = write_report(name, open_cli_storage(storage, create=False), out, store)
-    except AutomlError as e:
-        raise fail(e) from None
-    console.print(f"Wrote {path}")
 
 
 @study_app.command("stop")

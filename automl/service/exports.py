@@ -114,6 +114,7 @@ def export_model(
         "metrics": {k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs},
         "latency": trial.user_attrs.get("latency"),
         "env": trial.user_attrs.get("env"),
+        **_serving(trial),
         "inputs": [_io(v) for v in model.graph.input],
         "outputs": [_io(v) for v in model.graph.output],
         **_deployment(trial, spec, model.graph),
@@ -123,6 +124,17 @@ def export_model(
     sidecar["sha256"] = _sha256(out)
     out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2))
     return sidecar
+
+
+def _serving(trial: FrozenTrial) -> dict:
+    """A serving study's settings found and what they achieved, for the sidecar."""
+    served = trial.user_attrs.get("serving")
+    if not served:
+        return {}
+    loads = {
+        k: trial.user_attrs[k] for k in ("max_rate_rps", "serving_p99_ms") if k in trial.user_attrs
+    }
+    return {"serving": {"settings": served["settings"], "scenario": served["scenario"], **loads}}
 
 
 def _deployment(trial: FrozenTrial, spec: StudySpec, graph: GraphProto) -> dict:

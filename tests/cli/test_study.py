@@ -295,3 +295,27 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
     front = json.loads(cli("study", "pareto", "served", "--json").stdout)
     assert all("max_rate_rps" in row["metrics"] for row in front)
     assert "max req/s" in cli("study", "pareto", "served").stdout
+    best = max(front, key=lambda row: row["metrics"]["max_rate_rps"])
+    cli(
+        "study",
+        "export",
+        "served",
+        "--trial",
+        str(best["number"]),
+        "--format",
+        "triton",
+        "-o",
+        "repo",
+    )
+    entry = cli.root / "repo" / f"served-trial-{best['number']}"
+    settings = study.trials[best["number"]].user_attrs["serving"]["settings"]
+    config = (entry / "config.pbtxt").read_text()
+    assert 'backend: "onnxruntime"' in config and "kind: KIND_CPU" in config
+    assert f"max_batch_size: {settings['max_batch']}\n" in config
+    delay_us = round(settings["max_queue_delay_ms"] * 1000)
+    assert f"max_queue_delay_microseconds: {delay_us} }}" in config
+    assert f"count: {settings['instances']}," in config
+    assert "dims: [ 1, 8, 8 ]" in config and "dims: [ 10 ]" in config  # no batch axis
+    assert ort.InferenceSession(str(entry / "1" / "model.onnx")).get_inputs()[0].name in config
+    sidecar = json.loads((entry / "1" / "model.json").read_text())
+    assert sidecar["serving"]["settings"] == settings and sidecar["serving"]["max_rate_rps"] > 0

@@ -1,0 +1,202 @@
+"""``automl study list|show|pareto|export|compare|report``: read a study and its results.
+
+Heavy imports wait inside commands. :func:`register` adds them to ``automl study``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from automl.cli.common import JsonOpt, StorageOpt, console, fail, open_cli_storage, print_json
+from automl.errors import AutomlError
+
+_COMMANDS: list[tuple[str, object]] = []
+
+
+class ExportFormat(StrEnum):
+    """What ``automl study export`` writes."""
+
+    onnx = "onnx"
+    triton = "triton"
+
+
+def _command(name: str):
+    """Mark a function as the ``automl study NAME`` command."""
+
+    def mark(function):
+        _COMMANDS.append((name, function))
+        return function
+
+    return mark
+
+
+def register(app: typer.Typer) -> None:
+    """Add the read commands to ``app`` (``automl study``)."""
+    for name, function in _COMMANDS:
+        app.command(name)(function)
+
+
+@_command("list")
+def list_cmd(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """List the studies in the storage with their state and progress."""
+    from automl.report.tables import studies_table
+    from automl.service.read import list_studies
+
+    infos = list_studies(open_cli_storage(storage, create=False))
+    if as_json:
+        print_json([i.as_dict() for i in infos])
+    else:
+        console.print(studies_table(infos))
+
+
+@_command("show")
+def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """Spec, progress, and failures with their reasons."""
+    from automl.report.tables import study_panel
+    from automl.service.studies import get_study
+
+    try:
+        info = get_study(name, open_cli_storage(storage, create=False))
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json(info.as_dict())
+    else:
+        console.print(study_panel(info))
+
+
+@_command("pareto")
+def pareto(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """The Pareto front: non-dominated feasible trials."""
+    from automl.report.tables import front_table
+    from automl.service.read import pareto_front
+    from automl.service.studies import load
+
+    try:
+        store = open_cli_storage(storage, create=False)
+        front = pareto_front(name, store)
+        _, spec = load(name, store)
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json([{k: v for k, v in t.items() if k != "user_attrs"} for t in front])
+    else:
+        console.print(front_table(front, spec))
+
+
+@_command("export")
+def export(
+    name: str,
+    out: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx.")],
+    trial: Annotated[int | None, typer.Option(help="Trial number.")] = None,
+    best: Annotated[str | None, typer.Option(help="Best Pareto trial on this metric.")] = None,
+    budget: Annotated[
+        str | None, typer.Option(help="With --best, e.g. 'latency_p99_ms <= 2'.")
+    ] = None,
+    measure_seconds: Annotated[
+        float, typer.Option(help="Latency --budget: re-measure each front model up to this.")
+    ] = 5.0,
+    output_format: Annotated[
+        ExportFormat,
+        typer.Option("--format", help="onnx, or triton: -o is then a model repository."),
+    ] = ExportFormat.onnx,
+    storage: StorageOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a trial's ONNX model and its model.json sidecar.
+
+    A latency --budget is decided on new runs of the front's models here: a trial within noise
+    of it is passed over, and said so. --format triton writes a Triton model repository entry
+    instead: config.pbtxt (ONNX Runtime backend, the batcher and instances found) and 1/model.onnx.
+    """
+    from automl.service.exports import export_model
+    from automl.service.triton import triton_config
+    from automl.settings import get_settings
+    from automl.storage.factory import open_artifact_store
+    from automl.trials.decide import pick_trial
+
+    if (trial is None) == (best is None):
+        raise fail(AutomlError("give exactly one of --trial N or --best METRIC"))
+    pick = None
+    try:
+        store = open_cli_storage(storage, create=False)
+        artifacts = open_artifact_store(get_settings(), create=False)
+        if best is not None:
+            pick = pick_trial(
+                name, store, best, budget, artifact_store=artifacts, max_seconds=measure_seconds
+            )
+        number = trial if pick is None else pick.number
+        if output_format is ExportFormat.triton:
+            model, device = _triton_entry(name, store, number, out)
+            out = out / model / "1" / "model.onnx"
+        sidecar = export_model(name, store, artifacts, number, out)
+        if output_format is ExportFormat.triton:
+            config = triton_config(sidecar, model, device)
+            (out.parent.parent / "config.pbtxt").write_text(config)
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json(sidecar if pick is None else {**sidecar, "pick": pick.as_dict()})
+        return
+    for note in pick.notes if pick else ():
+        console.print(note, highlight=False)
+    console.print(f"Wrote trial {number} to {out} and {out.with_suffix('.json')}")
+    if output_format is ExportFormat.triton:
+        console.print(f"Triton model {model!r}: {out.parent.parent / 'config.pbtxt'}")
+
+
+def _triton_entry(name: str, store: object, number: int, repository: Path) -> tuple[str, str]:
+    """The Triton model name of the trial, and where its study's target runs (cpu or cuda)."""
+    from automl.service.studies import load
+    from automl.targets import load_target
+
+    _, spec = load(name, store)
+    from automl.service.triton import model_name
+
+    return model_name(name, number), load_target(spec.target).kind
+
+
+@_command("compare")
+def compare(first: str, second: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """Compare two fronts: which candidates win where.
+
+    For example, one spec run on two targets.
+    """
+    from automl.report.tables import comparison_table
+    from automl.service.compare import compare_fronts
+
+    try:
+        comparison = compare_fronts(first, second, open_cli_storage(storage, create=False))
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json(comparison)
+    else:
+        console.print(comparison_table(comparison))
+
+
+@_command("report")
+def report(
+    name: str,
+    out: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")],
+    models: Annotated[bool, typer.Option(help="Export the front's models beside it.")] = True,
+    storage: StorageOpt = None,
+) -> None:
+    """Write one self-contained HTML report of a study.
+
+    It holds the front, the knobs, their importances, the failures and the environment.
+    """
+    from automl.report.html import write_report
+    from automl.settings import get_settings
+    from automl.storage.factory import open_artifact_store
+
+    try:
+        store = open_artifact_store(get_settings(), create=False) if models else None
+        path = write_report(name, open_cli_storage(storage, create=False), out, store)
+    except AutomlError as e:
+        raise fail(e) from None
+    console.print(f"Wrote {path}")
