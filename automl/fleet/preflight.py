@@ -1,16 +1,19 @@
 """What runs before a study's first trial, for every way in: the CLI, the Python API, a worker.
 
 :func:`prepare_studies` checks, in this order, that a target can be measured here, that a
-user's trained model scores above chance, that the tracking store answers, and only then creates
-the studies (or resumes them), so that a refused input leaves no study behind.
+user's trained model scores above chance, that the load harness of a serving study is quick
+enough for its SLO, that the tracking store answers, and only then creates the studies (or
+resumes them), so that a refused input leaves no study behind.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from automl.errors import SpecError
 from automl.fleet.tracking import tracker
 from automl.search.compat import study_methods
+from automl.search.space import load_space, with_scenario
 from automl.service.studies import create_study, retry_failed
 from automl.targets import is_present, load_target, require_present
 from automl.trials.model_check import check_study_model
@@ -45,6 +48,8 @@ def prepare_studies(
     Raises:
         TargetUnavailable: Not detached, and no spec's target can be measured here.
         InputRefused: A trained model scores at chance, or cannot be loaded or exported.
+        SpecError: A serving study's load harness is too slow for its SLO here (see
+            :func:`check_harness`).
         SpecError: The tracking store cannot be opened, or a spec is refused.
     """
     runnable = [s for s in specs if is_present(load_target(s.target), methods=study_methods(s))]
@@ -55,8 +60,48 @@ def prepare_studies(
             tracker(tracking_uri, spec)
         for spec in specs:
             check_study_model(spec)
+            check_harness(spec)
     for spec in specs:
         create_study(spec, store, check_data=not detach)
         if forgive_failures:
             retry_failed(spec.name, store)
     return runnable
+
+
+# The harness's own p99 may be at most this share of a serving study's SLO.
+MAX_FLOOR_SHARE = 0.1
+# The rate at which the floor is checked where the study searches the max rate.
+_NOMINAL_RPS = 1000.0
+
+
+def check_harness(spec: StudySpec) -> None:
+    """Refuse a serving study whose load harness alone takes more than a tenth of its SLO here.
+
+    The harness serves the scenario's rate (1,000 requests/s where it is ``max``) with a model
+    that does nothing; its p99 is what every load figure of the study would include. The best
+    of three short runs is taken, so that one burst of a shared host does not refuse a study.
+
+    Raises:
+        SpecError: The floor exceeds :data:`MAX_FLOOR_SHARE` of ``slo_p99_ms``.
+    """
+    import numpy as np
+
+    from automl.candidate import Batching
+    from automl.pipeline.serving import harness_floor
+
+    scenario = with_scenario(spec, load_space(spec.search_space)).serving
+    if scenario is None:
+        return
+    rate = _NOMINAL_RPS if scenario.rate_rps == "max" else float(scenario.rate_rps)
+    rows, seconds = np.zeros((64, 1), np.float32), min(scenario.duration_s, 0.5)
+    floor = min(
+        harness_floor(rows, Batching(), rate, duration_s=seconds, seed=seed).p99_bound_ms
+        for seed in range(3)
+    )
+    if floor > MAX_FLOOR_SHARE * scenario.slo_p99_ms:
+        raise SpecError(
+            f"the load harness alone takes p99 {floor:.3g} ms at {rate:,.0f} requests/s on this "
+            f"host, more than {MAX_FLOOR_SHARE:.0%} of the {scenario.slo_p99_ms:g} ms SLO: its "
+            "figures would measure the harness, not the model. Raise slo_p99_ms, or run on a "
+            "host with idle cores"
+        )

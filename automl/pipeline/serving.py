@@ -15,6 +15,7 @@ a model that does nothing, which is what the harness itself costs at that rate.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections import Counter
@@ -133,10 +134,16 @@ def measure_load(
         arrivals, rows, batching, duration_s + 1.0 if deadline_s is None else deadline_s
     )
     threads = [threading.Thread(target=state.serve, args=(run,)) for run in instances]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    collecting = gc.isenabled()
+    gc.disable()  # a collection pass in a run would be the harness's latency (timeit does this)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        if collecting:
+            gc.enable()
     return state.result(rate_rps)
 
 
