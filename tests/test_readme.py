@@ -237,3 +237,7 @@ def test_every_relative_link_of_the_pages_resolves() -> None:
         if not (page.parent / m["target"]).exists()
     ]
     assert not broken, broken
+
+
+def test_the_readme_stays_short_enough_to_read() -> None:
+    assert len(README.read_text().splitlines()) <= 300  # the rest belongs in docs/

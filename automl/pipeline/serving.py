@@ -283,6 +283,7 @@ def max_rate(
 
 # Load runs of the max-rate search: doublings from the first guess, then bisections.
 MAX_RATE_PROBES = 6
+_WARMUP_RUNS = 5
 
 
 def measure_serving(
@@ -318,6 +319,10 @@ def measure_serving(
     ]
     name, x = input_name(sessions[0]), feed(rows, input_dtype(sessions[0]))
     runs = [lambda batch, s=s: s.run(None, {name: batch}) for s in sessions]
+    for run in runs:  # warm up: a session's first runs at a batch size are slow
+        for size in {1, batching.max_batch}:
+            for _ in range(_WARMUP_RUNS):
+                run(x[np.arange(size) % len(x)])
 
     def measure(rate: float) -> LoadRun:
         return measure_load(runs, x, batching, rate, duration_s=scenario.duration_s, seed=seed)

@@ -1,4 +1,5 @@
-"""Plotly figures of the study report: the Pareto front, the knobs and the importances."""
+"""Plotly figures of the study report: the Pareto front, the knobs, the importances, and the
+front under load."""
 
 from __future__ import annotations
 
@@ -194,4 +195,44 @@ def importance_figure(study: optuna.Study, spec: StudySpec, n_complete: int) -> 
         height=380,
         margin={"t": 50, "b": 40},
     )
+    return fig
+
+
+def serving_figure(front: list, slo_p99_ms: float) -> go.Figure:
+    """p99 against the offered rate, one line per front trial, with the SLO as a line.
+
+    A run that did not keep up is an ``x``: its p99 counts each dropped request at the deadline.
+    """
+    fig, rates = go.Figure(), []
+    for record in front:
+        runs = (record["user_attrs"].get("serving") or {}).get("runs") or []
+        rates += [r["offered_rps"] for r in runs]
+        if not runs:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[r["offered_rps"] for r in runs],
+                y=[r["p99_bound_ms"] for r in runs],
+                mode="lines+markers",
+                marker={"symbol": ["circle" if r["kept_up"] else "x" for r in runs], "size": 9},
+                name=f"trial {record['number']}",
+            )
+        )
+    if rates:  # a trace, not an hline: plotly places an hline's label by log10 on log axes
+        fig.add_trace(
+            go.Scatter(
+                x=[min(rates), max(rates)],
+                y=[slo_p99_ms] * 2,
+                mode="lines",
+                line={"dash": "dash", "color": "black"},
+                name=f"SLO {slo_p99_ms:g} ms",
+            )
+        )
+    fig.update_xaxes(
+        type="log", title="offered rate (requests/s, Poisson)", tickformat=_LOG_TICKS, dtick=1
+    )
+    fig.update_yaxes(
+        type="log", title="p99 latency from arrival (ms)", tickformat=_LOG_TICKS, dtick=1
+    )
+    fig.update_layout(height=420, margin={"t": 30})
     return fig

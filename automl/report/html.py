@@ -21,7 +21,7 @@ from string import Template
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from automl.records import BASELINE, front_columns
+from automl.records import BASELINE, SERVING_METRICS, front_columns
 from automl.service.read import pareto_front
 from automl.service.studies import get_study, load
 
@@ -42,6 +42,11 @@ _SPLITS_NOTE = (
     "validation split, so the front's validation accuracies are chosen, and optimistic; the "
     "test split was never seen by the search, and its accuracy is what to expect on new data. "
     "A large gap (val − test) means the front was chosen on noise."
+)
+_LOAD_NOTE = (
+    "Each front model served a Poisson load at the rates its max-rate search tried, with the "
+    "dynamic batching it was deployed with; latency counts from each request's arrival, "
+    "queueing included. An x marks a run that did not keep up."
 )
 _PLOT_DATA_SCRIPT = Template("""
 var gd = document.getElementById('{plot_id}');
@@ -64,8 +69,9 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 
 
 def latency_metric(spec: StudySpec) -> str:
-    """The latency the front is plotted against: the first latency objective, else per sample."""
-    latencies = [m for m in spec.metric_names if m.startswith("latency")]
+    """The latency the front is plotted against: the first latency (or load) objective, else
+    per sample."""
+    latencies = [m for m in spec.metric_names if m.startswith("latency") or m in SERVING_METRICS]
     return latencies[0] if latencies else "latency_per_sample_ms"
 
 
@@ -89,7 +95,12 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
     from optuna.trial import TrialState
     from plotly.offline import get_plotlyjs
 
-    from automl.report._figures import importance_figure, knob_figure, pareto_figure
+    from automl.report._figures import (
+        importance_figure,
+        knob_figure,
+        pareto_figure,
+        serving_figure,
+    )
 
     study, spec = load(name, storage)
     info = get_study(name, storage)
@@ -106,6 +117,15 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
         _plot(pareto_figure(points, spec, x_metric), "pareto", _PLOT_DATA_SCRIPT),
         _note(_SPLITS_NOTE),
         _front_table(front, name, model_href, spec),
+        *(
+            [
+                "<h2>The front under load</h2>",
+                _note(_LOAD_NOTE),
+                _plot(serving_figure(front, spec.serving.slo_p99_ms), "serving"),
+            ]
+            if spec.serving is not None
+            else []
+        ),
         "<h2>Knobs against accuracy and latency</h2>",
         _plot(knob_figure(points, x_metric), "knobs") if points else _note("No complete trials."),
         "<h2>Parameter importance</h2>",

@@ -321,6 +321,9 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
     assert ort.InferenceSession(str(entry / "1" / "model.onnx")).get_inputs()[0].name in config
     sidecar = json.loads((entry / "1" / "model.json").read_text())
     assert sidecar["serving"]["settings"] == settings and sidecar["serving"]["max_rate_rps"] > 0
+    cli("study", "report", "served", "-o", "r/report.html")
+    page = (cli.root / "r" / "report.html").read_text()
+    assert "The front under load" in page and "SLO 50 ms" in page and "max req/s" in page
 
 
 def test_a_serving_study_whose_harness_is_too_slow_for_its_slo_is_refused(cli):

@@ -162,7 +162,7 @@ def test_a_serving_space_gives_its_scenario_and_times_isolated_latency_at_max_ba
 
     space = load_space("digits-serving")
     spec = with_scenario(parse_spec({"search_space": "digits-serving"}), space)
-    assert spec.serving.slo_p99_ms == 5 and spec.metric_names == ["accuracy", "max_rate_rps"]
+    assert spec.serving.slo_p99_ms == 10 and spec.metric_names == ["accuracy", "max_rate_rps"]
     own = parse_spec({"search_space": "digits-serving", "serving": {"slo_p99_ms": 2}})
     assert with_scenario(own, space).serving.slo_p99_ms == 2  # the spec's own comes first
     bare = SearchSpace.model_validate(
