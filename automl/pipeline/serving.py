@@ -341,6 +341,8 @@ def measure_serving(
         "scenario": scenario.model_dump(),
         "settings": asdict(batching),
         "runs": [run.as_dict() for run in sorted(curve, key=_offered)],
+        # False where every rate tried held: max_rate_rps is then a lower bound.
+        "bracketed": any(not run.p99_within(scenario.slo_p99_ms) for run in curve),
         "floor_p99_ms": floor.p99_bound_ms,
         "floor_share_of_slo": floor.p99_bound_ms / scenario.slo_p99_ms,
     }

@@ -14,13 +14,21 @@ import optuna
 from automl.errors import Aborted, DataError, InputRefused
 from automl.hosts import worker_name
 from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
-from automl.records import ARTIFACT_ID, FAIL_REASON, OVER_BUDGET, WORKER, constraint_attrs
+from automl.records import (
+    ARTIFACT_ID,
+    FAIL_REASON,
+    OVER_BUDGET,
+    SCREENED,
+    WORKER,
+    constraint_attrs,
+)
 from automl.search.baseline import baseline_batch
 from automl.search.compat import check_compatible, space_methods
 from automl.search.space import load_space
 from automl.storage.capabilities import count_taken, set_trial_attrs
 from automl.targets import load_target, require_present
 from automl.targets.presence import require_pinned_gpu
+from automl.trials.screen import screened_out
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -60,6 +68,8 @@ class StudyObjective:
             raise optuna.TrialPruned(f"over budget: {self.spec.n_trials} trials already taken")
         try:
             return self._run(trial)
+        except optuna.TrialPruned:  # screened out: its attrs say why
+            raise
         except Exception as e:
             if self.aborted():  # the abort, turned into another error by a library (torch)
                 trial.set_user_attr(FAIL_REASON, INTERRUPTED)
@@ -169,6 +179,7 @@ class StudyObjective:
                 trained=self._trained,
                 baseline_batch=baseline_batch(self.spec, space),
                 serving=self.spec.serving,
+                screen=lambda metrics, bound: screened_out(trial.study, self.spec, metrics, bound),
             )
             artifact_id = upload_artifact(
                 artifact_store=self.artifact_store,
@@ -197,6 +208,9 @@ class StudyObjective:
         }
         if getattr(self._trained, "output_layer", None):  # found, or named: kept whole
             attrs["output_layer"] = self._trained.output_layer
+        if reason := (outcome.serving or {}).get("screened"):  # no load runs: never on a front
+            _set_attrs(trial, {**attrs, SCREENED: reason})
+            raise optuna.TrialPruned(reason)
         judged = outcome.metrics
         if confirmed is not None:  # a latency constraint broken at first: judged on more runs
             attrs["latency_confirmed"] = confirmed

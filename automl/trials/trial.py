@@ -22,11 +22,12 @@ from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
 from automl.targets.presence import gpu_identity
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
+from automl.trials.screen import rate_bound
 from automl.trials.stage_cache import content_key
 from automl.trials.stages import CachedStages, timed
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from automl.candidate import Candidate
     from automl.inputs.data import Dataset
@@ -69,6 +70,7 @@ def run_trial(
     trained: TrainedModel | OnnxModel | None = None,
     baseline_batch: int = 1,
     serving: Serving | None = None,
+    screen: Callable[[dict[str, float], float], str | None] | None = None,
 ) -> TrialOutcome:
     """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.
 
@@ -94,6 +96,9 @@ def run_trial(
         serving: A serving scenario: the graph is then also served under load with the
             candidate's batching settings (see :func:`automl.pipeline.serving.measure_serving`),
             and ``serving_p99_ms`` (and ``max_rate_rps``) recorded.
+        screen: Given the metrics so far and the bound of the max rate from the isolated
+            latency (see :mod:`automl.trials.screen`), why the load runs can be skipped, or
+            ``None``; the outcome's ``serving`` then holds that reason as ``screened``.
 
     Returns:
         The quantized artifact and its metrics: ``accuracy`` on the validation split (what the
@@ -138,7 +143,13 @@ def run_trial(
         metrics.update(baseline.compare(metrics))
     served = None
     if serving is not None:
-        served = _serve(quantized, candidate, target, data, serving, latency, seed)
+        batching = candidate.serving or Batching(max_batch=candidate.batch_size)
+        bound = rate_bound(batching, candidate.batch_size, latency.p50_ms)
+        reason = screen(metrics, bound) if screen and bound and serving.rate_rps == "max" else None
+        if reason:
+            served = {"metrics": {}, "record": {"screened": reason, "rate_bound_rps": bound}}
+        else:
+            served = _serve(quantized, batching, candidate, target, data, serving, latency, seed)
         metrics.update(served["metrics"])
     return TrialOutcome(
         artifact=quantized.path,
@@ -161,6 +172,7 @@ def run_trial(
 
 def _serve(
     quantized: QuantizedModel,
+    batching: Batching,
     candidate: Candidate,
     target: Target,
     data: Dataset,
@@ -171,7 +183,6 @@ def _serve(
     """The graph under the scenario's load, with the candidate's batching settings (a batcher
     of its serving batch where the space sets none). The max-rate search starts at a quarter of
     what the isolated latency says the instances could serve."""
-    batching = candidate.serving or Batching(max_batch=candidate.batch_size)
     capacity = batching.instances * candidate.batch_size / max(latency.p50_ms / 1e3, 1e-6)
     return measure_serving(
         quantized.path, target, data.x_test, batching, scenario, method=quantized.method,

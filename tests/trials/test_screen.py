@@ -1,0 +1,70 @@
+"""Screening a serving study's trials: a bound from the isolated latency, and dominance."""
+
+from __future__ import annotations
+
+import optuna
+
+from automl.candidate import Batching
+from automl.search.spec import parse_spec
+from automl.trials.screen import rate_bound, screened_out
+
+SPEC = parse_spec({"search_space": "digits-serving", "serving": {"slo_p99_ms": 10}})
+
+
+def _study(*measured: tuple[float, float]) -> optuna.Study:
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    for accuracy, rate in measured:
+        attrs = {"accuracy": accuracy, "max_rate_rps": rate, "feasible": True}
+        study.add_trial(optuna.trial.create_trial(values=[accuracy, rate], user_attrs=attrs))
+    return study
+
+
+def test_the_bound_is_the_instances_serving_full_batches_twice_as_fast_as_alone() -> None:
+    assert rate_bound(Batching(max_batch=8, instances=2), 8, latency_p50_ms=1.0) == 32_000
+    assert rate_bound(Batching(max_batch=8), 1, latency_p50_ms=1.0) is None  # timed at batch 1
+
+
+def test_a_trial_beaten_even_at_its_bound_is_screened_out() -> None:
+    study = _study((0.95, 50_000))
+
+    reason = screened_out(study, SPEC, {"accuracy": 0.90}, bound=20_000)
+    assert reason is not None and "trial 0" in reason and "20,000 requests/s" in reason
+    assert screened_out(study, SPEC, {"accuracy": 0.97}, bound=20_000) is None  # more accurate
+    assert screened_out(study, SPEC, {"accuracy": 0.90}, bound=60_000) is None  # could be faster
+
+
+def test_nothing_is_screened_where_the_study_does_not_maximise_the_rate() -> None:
+    at_rate = parse_spec({"serving": {"rate_rps": 100, "slo_p99_ms": 10}})
+    assert screened_out(_study((0.99, 1e6)), at_rate, {"accuracy": 0.5}, bound=1.0) is None
+
+
+def test_a_screened_trial_is_pruned_with_its_reason_and_no_load_runs(tmp_path) -> None:
+    from automl.fleet.study_loop import run_study_loop
+    from automl.records import SCREENED
+    from automl.service.studies import create_study
+    from automl.settings import Settings
+    from automl.storage.factory import open_artifact_store, open_storage
+
+    settings = Settings(storage=f"sqlite:///{tmp_path}/s.db", artifacts_dir=tmp_path / "art")
+    storage = open_storage(settings.storage, settings)
+    spec = parse_spec(
+        {"name": "scr", "search_space": "digits-serving", "n_trials": 3,
+         "serving": {"slo_p99_ms": 10, "duration_s": 0.2}}
+    )  # fmt: skip
+    study = create_study(spec, storage)
+    # A measured trial that nothing real can beat: perfect, and at a billion requests a second.
+    study.add_trial(
+        optuna.trial.create_trial(
+            values=[1.0, 1e9], user_attrs={"accuracy": 1.0, "max_rate_rps": 1e9, "feasible": True}
+        )
+    )
+    artifacts = open_artifact_store(settings)
+    run_study_loop("scr", storage, artifact_store=artifacts, settings=settings, max_trials=1)
+
+    (trial,) = [t for t in optuna.load_study(study_name="scr", storage=storage).trials[1:]]
+    assert trial.state == optuna.trial.TrialState.PRUNED
+    assert "trial 0, measured under load, beats it" in trial.user_attrs[SCREENED]
+    assert (
+        trial.user_attrs["serving"]["rate_bound_rps"] > 0 and "max_rate_rps" not in trial.user_attrs
+    )
+    assert trial.user_attrs["accuracy"] < 1.0  # it was built and measured in isolation
