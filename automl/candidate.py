@@ -134,6 +134,10 @@ class TrainConfig:
             raise SpecError(f"invalid training settings: {self}")
 
 
+# The most requests one load run of a serving study schedules (8 bytes each, three arrays).
+MAX_LOAD_REQUESTS = 2_000_000
+
+
 @dataclass(frozen=True)
 class Batching:
     """Dynamic-batching settings of a serving study, as Triton's ``config.pbtxt`` names them

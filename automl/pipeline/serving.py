@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from automl.candidate import Batching
+from automl.candidate import MAX_LOAD_REQUESTS, Batching
 from automl.errors import SpecError, TrialFailed
 from automl.pipeline._ort import feed, input_dtype, input_name
 from automl.pipeline.timers import backend_session
@@ -96,6 +96,11 @@ def arrival_schedule(rate_rps: float, duration_s: float, seed: int = 0) -> np.nd
         raise SpecError(f"a load needs a rate and a duration above 0, got {rate_rps}, {duration_s}")
     rng = np.random.default_rng(seed)
     expected = rate_rps * duration_s
+    if expected > MAX_LOAD_REQUESTS:
+        raise SpecError(
+            f"{rate_rps:,.0f} requests/s for {duration_s:g} s is over {MAX_LOAD_REQUESTS:,} requests "
+            "in one run: lower the rate or the duration"
+        )
     gaps = rng.exponential(1.0 / rate_rps, size=int(expected + 6 * np.sqrt(expected) + 10))
     times = np.cumsum(gaps)
     return times[times < duration_s]
@@ -324,7 +329,8 @@ def measure_serving(
             for _ in range(_WARMUP_RUNS):
                 run(x[np.arange(size) % len(x)])
 
-    def measure(rate: float) -> LoadRun:
+    def measure(rate: float) -> LoadRun:  # the search's doublings stop at the largest run
+        rate = min(rate, MAX_LOAD_REQUESTS / scenario.duration_s)
         return measure_load(runs, x, batching, rate, duration_s=scenario.duration_s, seed=seed)
 
     if scenario.rate_rps == "max":

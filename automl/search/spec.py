@@ -11,6 +11,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from automl.candidate import MAX_LOAD_REQUESTS
 from automl.errors import SpecError
 from automl.plugins import PLUGIN
 from automl.records import BASELINE_METRICS, METRICS, SERVING_METRICS, TEST_METRIC
@@ -201,6 +202,15 @@ class Serving(BaseModel):
         if rate != "max" and not 0 < float(rate) <= 1e7:
             raise ValueError("must be a rate in (0, 1e7] requests per second, or 'max'")
         return rate
+
+    @model_validator(mode="after")
+    def _one_run_fits(self) -> Serving:
+        if self.rate_rps != "max" and float(self.rate_rps) * self.duration_s > MAX_LOAD_REQUESTS:
+            raise ValueError(
+                f"rate_rps × duration_s is over {MAX_LOAD_REQUESTS:,} requests in one load run: "
+                "lower either"
+            )
+        return self
 
 
 def _default_objectives() -> list[Objective]:
