@@ -14,6 +14,9 @@ each), served by :mod:`automl.pipeline.serving`:
    once per seed.
 4. Side by side: the sweep's best setting and each seed's pick measured again, interleaved, and
    the ratio of each pick's max rate to the sweep's best, with its min–max over seeds.
+5. Joint against two-stage (:mod:`bench.serving_joint`): the max rate at equal accuracy of
+   searching the model and its batching together, over choosing the model by isolated latency
+   and then sweeping its batching; ``--joint-seeds 0`` leaves it out.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from automl.models import build_model
 from automl.pipeline._ort import make_session
 from automl.pipeline.export import export_onnx
 from automl.pipeline.serving import Batching, harness_floor, max_rate, measure_load
+from bench.serving_joint import joint_ratios, print_summary
 
 MAX_BATCH = (1, 4, 16)
 DELAY_MS = (0.0, 0.5, 2.0)
@@ -48,6 +52,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--duration", type=float, default=0.4, help="seconds per load run")
     parser.add_argument("--slo-ms", type=float, default=5.0, help="the p99 bound")
+    parser.add_argument("--joint-seeds", type=int, default=3)
+    parser.add_argument("--joint-trials", type=int, default=8)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("automl").setLevel(logging.WARNING)
@@ -91,6 +97,8 @@ def main() -> None:
                 f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} seeds) "
                 f"at {budget / len(SETTINGS):.2f} of the sweep's measurements"
             )
+    if args.joint_seeds:
+        print_summary(joint_ratios(args.joint_seeds, args.joint_trials))
 
 
 def _search(rate_of, budget: int, seed: int) -> Batching:

@@ -1,0 +1,28 @@
+"""The pages that list methods say what the catalog and the targets say."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from automl.catalog import CUDA, TRT
+from automl.targets import list_targets
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROW = re.compile(
+    r"^\| `(?P<method>[a-z0-9-]+)` \| ONNX Runtime (?P<provider>\w+) provider \|", re.M
+)
+PROVIDERS = {"CUDA": CUDA, "TensorRT": TRT}
+
+
+def test_the_gpu_page_lists_each_nvidia_method_on_the_backend_that_runs_it() -> None:
+    rows = {
+        m["method"]: PROVIDERS[m["provider"]] for m in ROW.finditer((DOCS / "gpu.md").read_text())
+    }
+    expected = {
+        method: target.backend_for(method).provider
+        for target in list_targets()
+        if target.kind == "cuda"
+        for method in target.methods
+    }
+    assert rows == expected
