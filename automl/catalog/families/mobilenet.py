@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
 
-from automl.catalog._registry import Family
-
-if TYPE_CHECKING:
-    from torch import nn
+from automl.catalog.families._conv import ConvFamily
 
 
-class Mobilenet(Family):
+class Mobilenet(ConvFamily):
     """Depthwise-separable blocks (a depthwise then a pointwise convolution), in stages."""
 
     name = "mobilenet"
-    takes = ("signals", "images")
     example = MappingProxyType(
         {"layout": "signals", "width": 16, "depth": 1, "stages": 2, "width_growth": 2.0}
     )
-
-    def build(
-        self, arch: Any, input_shape: tuple[int, ...], num_classes: int, vocab_size: int | None
-    ) -> nn.Module:
-        from automl.catalog.families._conv_nets import conv_net
-
-        return conv_net(arch, input_shape, num_classes)
