@@ -6,6 +6,7 @@ Each is created on first use (by whichever process comes first); storages withou
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Column, DateTime, MetaData, String, Table, inspect
@@ -32,6 +33,7 @@ WORKERS = Table(
     Column("seen_at", DateTime, nullable=False),  # naive UTC
 )
 _ready: set[str] = set()  # engine URLs whose tables exist
+_CREATE_ATTEMPTS = 5
 
 
 def engine_of(storage: BaseStorage) -> Engine | None:
@@ -45,9 +47,16 @@ def ensure_tables(engine: Engine) -> None:
     url = engine.url.render_as_string(hide_password=False)
     if url in _ready:
         return
-    try:
-        METADATA.create_all(engine, checkfirst=True)
-    except (IntegrityError, OperationalError, ProgrammingError):
-        if not all(inspect(engine).has_table(t) for t in METADATA.tables):
-            raise
+    for attempt in range(_CREATE_ATTEMPTS):
+        try:
+            METADATA.create_all(engine, checkfirst=True)
+            break
+        except (IntegrityError, OperationalError, ProgrammingError):
+            # Another creator won a table; it may not have made the others yet: check, then
+            # create what is still missing.
+            if all(inspect(engine).has_table(t) for t in METADATA.tables):
+                break
+            if attempt == _CREATE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
     _ready.add(url)

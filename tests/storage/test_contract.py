@@ -85,3 +85,38 @@ def test_counts_match_the_trials(storage) -> None:
     assert started == min(t.datetime_start for t in trials if t.datetime_start)
     assert count_taken(storage, study._study_id, later.number) == 3  # 2 complete, 1 before it
     assert count_taken(storage, study._study_id, running.number) == 2
+
+
+def _create_after(barrier, engine, errors: list) -> None:
+    from automl.storage import tables
+
+    barrier.wait()
+    try:
+        tables.ensure_tables(engine)
+    except Exception as e:  # what a 500 of the API was made of
+        errors.append(e)
+
+
+def test_many_first_creators_of_our_tables_all_get_them(tmp_path) -> None:
+    """Threads that create our tables at once in a new database: none fails, all see them."""
+    import threading
+
+    from sqlalchemy import create_engine, inspect
+
+    from automl.storage import tables
+
+    for round_ in range(8):
+        url = f"sqlite:///{tmp_path}/race-{round_}.db"
+        engines = [create_engine(url) for _ in range(6)]
+        barrier, errors = threading.Barrier(len(engines)), []
+        threads = [
+            threading.Thread(target=_create_after, args=(barrier, engine, errors))
+            for engine in engines
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        tables._ready.discard(url)
+        assert not errors, errors
+        assert all(inspect(engines[0]).has_table(t) for t in tables.METADATA.tables)
