@@ -10,8 +10,11 @@ compute nodes run anywhere but on the target's first provider: a layer's arithme
 pooling, normalisation, softmax and activation between layers, whose place on the CPU would put
 two copies between host and device around them. Data movement, shape and index nodes (Memcpy,
 Cast, Reshape, Gather, elementwise arithmetic on shapes, ...) may run elsewhere: ONNX Runtime
-places some on the CPU on purpose. Memcpy nodes are counted, not judged: the record names no
-node's inputs, so one at the graph's edge cannot be told from one inside it.
+places some on the CPU on purpose. The record names no node's inputs, so a Memcpy at the graph's
+edge cannot be told from one inside it by name; but ONNX Runtime copies each graph input to the
+device and each output back at most once, so more ``MemcpyFromHost`` nodes than the graph has
+inputs, or more ``MemcpyToHost`` than outputs, are copies inside it (see
+:func:`check_copies`).
 """
 
 from __future__ import annotations
@@ -105,6 +108,33 @@ def node_placements(session: ort.InferenceSession) -> tuple[NodePlacement, ...]:
 def placement_counts(placements: Sequence[NodePlacement]) -> dict[str, int]:
     """Nodes per execution provider, e.g. ``{"CUDAExecutionProvider": 40, ...}``, sorted."""
     return dict(sorted(Counter(p.provider for p in placements).items()))
+
+
+def check_copies(placements: Sequence[NodePlacement], inputs: int, outputs: int) -> None:
+    """Fail on copies between host and device inside the graph.
+
+    Args:
+        placements: A session's nodes (see :func:`node_placements`).
+        inputs: The graph's inputs, each of which may be copied to the device once.
+        outputs: Its outputs, each of which may be copied back once.
+
+    Raises:
+        TrialFailed: More ``MemcpyFromHost`` nodes than inputs, or ``MemcpyToHost`` than outputs:
+            part of the graph runs on the host between device nodes.
+    """
+    counts = Counter(p.op_type for p in placements)
+    inside = {
+        op: counts[op] - edge
+        for op, edge in (("MemcpyFromHost", inputs), ("MemcpyToHost", outputs))
+        if counts[op] > edge
+    }
+    if inside:
+        shown = ", ".join(f"{n} {op}" for op, n in inside.items())
+        raise TrialFailed(
+            f"{shown} node(s) copy between host and device inside the graph ({inputs} input(s), "
+            f"{outputs} output(s)): some nodes between device nodes run on the host, and every "
+            "run would pay those copies. Its latency would not be the target's"
+        )
 
 
 def check_placement(

@@ -38,7 +38,7 @@ from automl.pipeline._ort import (
     make_session,
 )
 from automl.pipeline.ort_packages import gpu_runtime_versions
-from automl.pipeline.placement import check_placement, node_placements
+from automl.pipeline.placement import check_copies, check_placement, node_placements
 from automl.targets import require_present
 from automl.targets.presence import gpu_identity
 
@@ -278,7 +278,9 @@ def _session_on(
             f"session runs the model on {provider}{hint}. Latency is never measured on another "
             "provider instead."
         )
-    placement = check_placement(node_placements(session), wanted, backend.placed_ops)
+    placements = node_placements(session)
+    placement = check_placement(placements, wanted, backend.placed_ops)
+    check_copies(placements, len(session.get_inputs()), len(session.get_outputs()))
     options = session.get_provider_options().get(wanted)
     env = env_fingerprint(provider, target.intra_op_threads, target, placement, options)
     return session, env | {"backend": backend.name, "graph_optimization": optimization}

@@ -173,3 +173,26 @@ def test_the_fallback_to_the_cpu_is_disabled(exported_models) -> None:
     # With fallback enabled, ORT's Python run would retry a failing provider on the CPU alone.
     assert not session._enable_fallback
     assert session.run(None, {"input": x})[0].shape == (1, 10)
+
+
+def test_copies_at_the_graph_s_edges_pass_and_copies_inside_it_fail() -> None:
+    from automl.pipeline.placement import check_copies
+
+    cuda = "CUDAExecutionProvider"
+    edges = [
+        NodePlacement(CPU, "MemcpyFromHost", "in"),
+        NodePlacement(cuda, "Conv", "conv"),
+        NodePlacement(CPU, "MemcpyToHost", "out"),
+    ]
+    check_copies(edges, inputs=1, outputs=1)  # one copy in, one copy out
+    # A pool on the host between two device convs: a copy out and a copy back in, inside.
+    inside = [
+        *edges[:2],
+        NodePlacement(CPU, "MemcpyToHost", "to-pool"),
+        NodePlacement(CPU, "MaxPool", "pool"),
+        NodePlacement(CPU, "MemcpyFromHost", "from-pool"),
+        NodePlacement(cuda, "Conv", "conv2"),
+        edges[2],
+    ]
+    with pytest.raises(TrialFailed, match=r"1 MemcpyFromHost, 1 MemcpyToHost node\(s\) copy"):
+        check_copies(inside, inputs=1, outputs=1)
