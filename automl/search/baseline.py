@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from automl.errors import SpecError
-from automl.search.space import FixedParam, FloatParam, IntParam, applies, param_values
+from automl.search.params import FixedParam, FloatParam, IntParam, applies, param_values
 
 if TYPE_CHECKING:
-    from automl.search.space import Param, SearchSpace
+    from automl.search.params import Param
+    from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
 
 # What makes a trial the unmodified model: the knob → its baseline value.

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from automl.candidate import OUTPUT_LAYER
 from automl.catalog import FAMILIES, input_layout, method_for
 from automl.errors import SpecError
-from automl.search.space import candidate_from_values, load_space, param_values
+from automl.search.params import param_values
+from automl.search.space import candidate_from_values, load_space
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -31,7 +31,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, WhiteKernel
 
-from automl.search.space import CategoricalParam, FloatParam, IntParam
+from automl.search.params import CategoricalParam, FloatParam, IntParam
 
 # The newest trials the model is fitted on, and the steps of its fit: the trial waits for both.
 MAX_FITTED = 64
