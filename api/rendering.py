@@ -27,11 +27,7 @@ def front_csv(study: str, front: Front) -> str:
     """
     params = sorted({key for record in front.trials for key in record["params"]})
     recorded = {key for record in front.trials for key in record["metrics"]}
-    shown = [
-        c.key
-        for c in front_columns(front.spec.model is not None, serving=front.spec.serving is not None)
-        if c.key in recorded
-    ]
+    shown = [c.key for c in front_columns(front.spec) if c.key in recorded]
     metrics = [*shown, *sorted(recorded - set(shown))]
     out = io.StringIO()
     writer = csv.writer(out)

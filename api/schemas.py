@@ -174,10 +174,7 @@ class ParetoOut(BaseModel):
                 ObjectiveOut(metric=o.metric, direction=o.direction) for o in front.spec.objectives
             ],
             columns=[
-                ColumnOut(key=c.key, label=c.label, unit=c.unit)
-                for c in front_columns(
-                    front.spec.model is not None, serving=front.spec.serving is not None
-                )
+                ColumnOut(key=c.key, label=c.label, unit=c.unit) for c in front_columns(front.spec)
             ],
             trials=[TrialOut.of(study, record) for record in front.trials],
         )

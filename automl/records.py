@@ -229,18 +229,17 @@ SERVING_COLUMNS = (
 )
 
 
-def front_columns(
-    trained_model: bool, *, serving: bool = False, brief: bool = False
-) -> tuple[Column, ...]:
-    """The columns of a study's front: a trained model's study leads with its baseline's, and
-    a serving study shows its load figures after the accuracies.
+def front_columns(spec: Any, *, brief: bool = False) -> tuple[Column, ...]:
+    """The columns of a study's front, from its spec (a ``StudySpec``): a trained model's study
+    (``spec.model``) leads with its baseline's, and a serving study (``spec.serving``) shows its
+    load figures after the accuracies.
 
     ``brief`` keeps those that a terminal's table shows (:attr:`Column.brief`).
     """
     columns = FRONT_COLUMNS
-    if serving:
+    if spec.serving is not None:
         columns = (*columns[:3], *SERVING_COLUMNS, *columns[3:])
-    if trained_model:
+    if spec.model is not None:
         columns = (*BASELINE_COLUMNS, *columns)
     return tuple(c for c in columns if c.brief or not brief)
 

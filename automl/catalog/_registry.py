@@ -249,9 +249,7 @@ def get_method(name: str) -> Method:
     Raises:
         SpecError: No method has that name; the message lists the known ones.
     """
-    if name not in METHODS:
-        raise SpecError(f"unknown quantization method {name!r}; known: {', '.join(METHODS)}")
-    return METHODS[name]
+    return _lookup(METHODS, name, "quantization method")
 
 
 def get_backend(name: str) -> Backend:
@@ -260,9 +258,14 @@ def get_backend(name: str) -> Backend:
     Raises:
         SpecError: No backend has that name; the message lists the known ones.
     """
-    if name not in BACKENDS:
-        raise SpecError(f"unknown latency backend {name!r}; known: {', '.join(BACKENDS)}")
-    return BACKENDS[name]
+    return _lookup(BACKENDS, name, "latency backend")
+
+
+def _lookup(registry: Mapping[str, Any], name: str, kind: str) -> Any:
+    """The entry called ``name``, or a SpecError that lists the known ones."""
+    if name not in registry:
+        raise SpecError(f"unknown {kind} {name!r}; known: {', '.join(registry)}")
+    return registry[name]
 
 
 def first_running(backends: Sequence[str], method: str) -> Backend | None:

@@ -255,7 +255,7 @@ def _summary(info: StudyInfo, spec: StudySpec, complete: list[FrozenTrial]) -> s
 def _front_table(front: list[dict], name: str, model_href: str, spec: StudySpec) -> str:
     if not front:
         return _note("No feasible complete trial yet: the front is empty.")
-    columns = front_columns(spec.model is not None, serving=spec.serving is not None)
+    columns = front_columns(spec)
     rows = []
     for record in front:
         link = model_href.format(name=quote(name, safe=""), number=record["number"])

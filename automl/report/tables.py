@@ -102,7 +102,7 @@ def front_table(front: list[dict], spec: StudySpec) -> Table:
     A trained model's study shows its baseline too, marked, and each row's speedup and
     accuracy drop against it.
     """
-    columns = front_columns(spec.model is not None, serving=spec.serving is not None, brief=True)
+    columns = front_columns(spec, brief=True)
     shown = sum(1 for t in front if t.get("on_front", True))
     table = Table(title=f"Pareto front of {spec.name} on {spec.target} ({shown} trials)")
     table.add_column("trial", justify="right", min_width=5)

@@ -114,14 +114,14 @@ def test_the_front_tables_of_the_report_and_the_cli_share_their_columns(dom: str
     from automl.report.tables import front_table
     from automl.search.spec import parse_spec
 
-    labels = [c.label for c in front_columns(trained_model=False)]
+    labels = [c.label for c in front_columns(parse_spec({}))]
     header = re.search(r"<tr><th>trial</th><th>knobs</th>(.*?)<th>model</th></tr>", dom)[1]
     assert re.findall(r"<th[^>]*>([^<]*)</th>", header) == [html.escape(x) for x in labels]
     row = {"number": 3, "params": {}, "metrics": {"accuracy": 0.9, "test_accuracy": 0.85}}
     console = Console(record=True, width=400)
     console.print(front_table([row], parse_spec({})))
     printed = console.export_text()
-    assert all(c.label in printed for c in front_columns(trained_model=False, brief=True))
+    assert all(c.label in printed for c in front_columns(parse_spec({}), brief=True))
     assert "val − test" in labels and "val − test" not in printed  # the report's alone
 
 

@@ -5,6 +5,7 @@ import optuna
 import pytest
 
 from automl.records import SPEC_ATTR, STOP_ATTR, front_columns
+from automl.search.spec import parse_spec
 from automl.storage.workers import WorkerBeacon
 
 pytest_plugins = ["api_fixtures"]
@@ -105,7 +106,7 @@ def test_pareto_lists_the_feasible_non_dominated_trials(
     assert front["trials"][0]["model_url"] is None  # synthetic trials have no model
     # the columns of the CLI's table and the report, in their order
     assert [(c["key"], c["label"]) for c in front["columns"]] == [
-        (c.key, c.label) for c in front_columns(trained_model=False)
+        (c.key, c.label) for c in front_columns(parse_spec({}))
     ]
     csv_header = api_client.get(
         f"/v1/studies/{name}/pareto", headers={"Accept": "text/csv"}
