@@ -127,6 +127,11 @@ class TrialDetail(TrialOut):
     candidate: dict[str, Any] | None
     env: dict[str, Any] | None
     preprocessing: dict[str, Any] | None
+    quantization: dict[str, Any] | None = Field(
+        default=None,
+        description="a quantized trial's gain over its own fp32 graph, its per-operator times "
+        "(ms per run) and, where the gain is at most 1, why",
+    )
     constraints: dict[str, float]
     datetime_start: datetime | None
     datetime_complete: datetime | None

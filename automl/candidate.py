@@ -193,6 +193,7 @@ class Candidate:
     kd_temperature: float = 4.0
     graph_optimization: str = "all"
     serving: Batching | None = None
+    keep_fp32: int = 0
 
     def __post_init__(self) -> None:
         if self.graph_optimization not in GRAPH_OPTIMIZATIONS:
@@ -208,6 +209,12 @@ class Candidate:
             raise SpecError(f"int8_mode must be one of {list(INT8_MODES)}, got {self.int8_mode!r}")
         if self.batch_size < 1:
             raise SpecError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.keep_fp32 < 0 or (self.keep_fp32 and not self.quant_method.per_layer):
+            raise SpecError(
+                f"keep_fp32={self.keep_fp32}: it is a count of layers >= 0, and only a per-layer "
+                f"method keeps layers in fp32, not {self.quant_method.name!r}; in a space, give it "
+                "'when: {method: [int8-mixed]}'"
+            )
         if not 0.0 <= self.pruning_ratio < 1.0:
             raise SpecError(f"pruning_ratio must be in [0, 1), got {self.pruning_ratio}")
         if not 0.0 <= self.kd_alpha <= 1.0 or self.kd_temperature <= 0:

@@ -25,6 +25,7 @@ KNOB_BOUNDS: dict[str, tuple[float, float]] = {
     "arch.heads": (1, 64),
     "arch.mlp_ratio": (0.25, 16),
     "pruning_ratio": (0, 0.95),
+    "keep_fp32": (0, 1024),
     "batch_size": (1, 4096),
     "serving.max_batch": (1, 4096),
     "serving.max_queue_delay_ms": (0, 10_000),

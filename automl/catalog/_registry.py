@@ -77,6 +77,7 @@ class Method(_Entry):
         legacy: Its ``(bits, int8_mode)`` in the old vocabulary, if it has one.
         accuracy_drop: The largest test-accuracy drop from fp32 that it may cost a small
             trained model, its graph run as written (the contract tests hold it to that).
+        per_layer: Whether it can leave named layers in fp32 (see :meth:`convert_layers`).
     """
 
     _registry = _METHODS
@@ -88,6 +89,7 @@ class Method(_Entry):
     unsafe_rewrites: ClassVar[tuple[str, ...]] = ()
     legacy: ClassVar[tuple[int, str | None] | None] = None
     accuracy_drop: ClassVar[float] = 0.02
+    per_layer: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -100,6 +102,26 @@ class Method(_Entry):
         :attr:`needs_calibration`. Tool failures raise :class:`UnsupportedQuantization`.
         """
         raise NotImplementedError
+
+    def convert_layers(
+        self,
+        src: Path,
+        dst: Path,
+        calibration: np.ndarray | None,
+        *,
+        keep: Sequence[str] = (),
+        only: Sequence[str] = (),
+    ) -> None:
+        """As :meth:`convert`, the layers (node names) in ``keep`` left in fp32; with ``only``,
+        no layer but those is quantized.
+
+        Raises:
+            SpecError: The method quantizes the whole graph (it is not :attr:`per_layer`).
+        """
+        raise SpecError(
+            f"method {self.name!r} quantizes the whole graph; a method that keeps layers in "
+            f"fp32 is one of {[m.name for m in METHODS.values() if m.per_layer]}"
+        )
 
 
 class Backend(_Entry):

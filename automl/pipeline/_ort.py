@@ -48,6 +48,7 @@ def make_session(
     provider_options: Mapping[str, Mapping[str, str]] | None = None,
     disabled_optimizers: Sequence[str] = (),
     optimization: str = "all",
+    profile_prefix: str | None = None,
 ) -> ort.InferenceSession:
     """Open an ORT session on the first available of ``providers`` with pinned threads.
 
@@ -68,6 +69,8 @@ def make_session(
             :meth:`automl.catalog.Backend.provider_options`).
         disabled_optimizers: Graph rewrites to leave out (a method's ``unsafe_rewrites``).
         optimization: The graph optimisation level, a key of :data:`GRAPH_OPTIMIZATIONS`.
+        profile_prefix: Where ONNX Runtime's profiler writes its trace (the session's
+            ``end_profiling`` returns the file); no profiling without it.
 
     Returns:
         The session. ``get_providers()`` lists the providers it registered; where its nodes
@@ -80,6 +83,9 @@ def make_session(
     options.graph_optimization_level = GRAPH_OPTIMIZATIONS[optimization]
     options.log_severity_level = 2  # warnings: unassigned nodes, Memcpy nodes added
     options.add_session_config_entry(RECORD_PLACEMENT, "1")
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     available = set(ort.get_available_providers())
     chosen = [p for p in providers if p in available] or ["CPUExecutionProvider"]
     if chosen != ["CPUExecutionProvider"]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -25,6 +26,9 @@ from automl.catalog import get_method, method_for
 from automl.catalog.methods import tool_failure
 from automl.errors import SpecError
 from automl.pipeline._ort import feed
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ def quantize_method(
     method: str,
     *,
     calibration: np.ndarray | None = None,
+    keep: Sequence[str] = (),
 ) -> QuantizedModel:
     """Write ``model_path`` quantized by the named method at ``out_path``.
 
@@ -91,13 +96,16 @@ def quantize_method(
         method: A method's name, e.g. ``"int8-static"`` (see :data:`automl.catalog.METHODS`).
         calibration: Samples shaped ``(N, *input_shape)`` (floats, or token ids for an int64
             input); required by the methods that need calibration.
+        keep: Layers (node names of the graph) to leave in fp32; only a per-layer method
+            (e.g. ``int8-mixed``) takes them.
 
     Returns:
         The written model's path, bit-width, method and size.
 
     Raises:
         SpecError: The method is unknown, needs calibration data and has none, or
-            ``calibration`` is empty or not batched.
+            ``calibration`` is empty or not batched; or ``keep`` is given to a method that
+            quantizes the whole graph.
         UnsupportedQuantization: 4-bit finds no eligible MatMul/Gemm weight, or an ONNX Runtime
             tool failed on this graph.
     """
@@ -116,7 +124,10 @@ def quantize_method(
             )
         calibration = feed(calibration, _input_dtype(src))
     dst.parent.mkdir(parents=True, exist_ok=True)
-    chosen.convert(src, dst, calibration)
+    if keep:
+        chosen.convert_layers(src, dst, calibration, keep=keep)
+    else:
+        chosen.convert(src, dst, calibration)
     with tool_failure("onnx.checker on the quantized model"):
         onnx.checker.check_model(str(dst))
     return QuantizedModel(

@@ -141,12 +141,14 @@ def backend_session(
     cuda_graph: bool = False,
     optimization: str = "all",
     threads: int | None = None,
+    profile_prefix: str | None = None,
 ) -> ort.InferenceSession:
     """A session of ``model_path`` on the backend that measures ``method`` on ``target``.
 
     Its providers and options are the backend's (see :meth:`Backend.provider_options`), its
-    threads the target's (or ``threads``), its graph optimisation level ``optimization``. The trial evaluates accuracy in this session, so accuracy is the
-    deployed runtime's.
+    threads the target's (or ``threads``), its graph optimisation level ``optimization``; with
+    ``profile_prefix``, ONNX Runtime's profiler writes its trace there. The trial evaluates
+    accuracy in this session, so accuracy is the deployed runtime's.
 
     Raises:
         TrialFailed: ONNX Runtime refused the graph on the backend (its fallback is off, so a
@@ -157,7 +159,9 @@ def backend_session(
     unsafe = get_method(method).unsafe_rewrites
     threads = target.intra_op_threads if threads is None else threads
     try:
-        return make_session(model_path, backend.providers, threads, options, unsafe, optimization)
+        return make_session(
+            model_path, backend.providers, threads, options, unsafe, optimization, profile_prefix
+        )
     except ORT_ERRORS as e:  # e.g. a TensorRT engine that does not build
         raise TrialFailed(
             f"ONNX Runtime could not open this {method} graph on {backend.provider}"

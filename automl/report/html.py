@@ -48,6 +48,12 @@ _LOAD_NOTE = (
     "dynamic batching it was deployed with; latency counts from each request's arrival, "
     "queueing included. An x marks a run that did not keep up."
 )
+_NO_GAIN_NOTE = (
+    "Each quantized trial also timed its own fp32 graph (same model, same batch) right after "
+    "itself; these were no faster. The reasons come from ONNX Runtime's profiler, whose own "
+    "cost per node inflates small times: the gain, measured without it, decides."
+)
+_NO_GAIN_ROWS = 20
 _PLOT_DATA_SCRIPT = Template("""
 var gd = document.getElementById('{plot_id}');
 var out = {};
@@ -126,6 +132,7 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
             if spec.serving is not None
             else []
         ),
+        *_no_gain(complete),
         "<h2>Knobs against accuracy and latency</h2>",
         _plot(knob_figure(points, x_metric), "knobs") if points else _note("No complete trials."),
         "<h2>Parameter importance</h2>",
@@ -284,6 +291,22 @@ def knobs_text(params: dict[str, object]) -> str:
     from automl.report._figures import knob_label
 
     return ", ".join(f"{k}={knob_label(v)}" for k, v in params.items())
+
+
+def _no_gain(complete: list[FrozenTrial]) -> list[str]:
+    """The quantized trials that were no faster than their own fp32 graph, and why."""
+    rows = [
+        [str(t.number), _e(f"{q['gain']:.2f}×"), _e(q["note"])]
+        for t in complete
+        if (q := t.user_attrs.get("quantization")) and q.get("note")
+    ]
+    if not rows:
+        return []
+    return [
+        "<h2>Quantized but not faster</h2>",
+        _note(_NO_GAIN_NOTE),
+        _table(["trial", "gain over fp32", "where the time went"], rows[:_NO_GAIN_ROWS]),
+    ]
 
 
 def _failures(info: StudyInfo) -> str:

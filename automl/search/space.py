@@ -46,6 +46,7 @@ KEYS = (
     "bits",
     "int8_mode",
     "method",
+    "keep_fp32",
     "batch_size",
     "finetune_epochs",
     "finetune_lr",
@@ -65,8 +66,8 @@ KEYS = (
 EXTRA_PREFIX = "arch.extra."
 # Knobs that change how a model is deployed, not its weights.
 DEPLOYMENT_KEYS = (
-    "bits", "int8_mode", "method", "batch_size", "graph_optimization", "serving.max_batch",
-    "serving.max_queue_delay_ms", "serving.instances",
+    "bits", "int8_mode", "method", "keep_fp32", "batch_size", "graph_optimization",
+    "serving.max_batch", "serving.max_queue_delay_ms", "serving.instances",
 )  # fmt: skip
 MAX_DEPLOYMENTS = 4096
 # Knobs of a torch model's weights: an ONNX model has none of them.

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 
     from automl.search.spec import StudySpec
 
-_DETAIL_ATTRS = ("timings", "latency", "latency_source", "candidate", "env", "preprocessing")
+_DETAIL_ATTRS = (
+    "timings", "latency", "latency_source", "candidate", "env", "preprocessing", "quantization",
+)  # fmt: skip
 
 
 @functools.cache

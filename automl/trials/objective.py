@@ -202,6 +202,7 @@ class StudyObjective:
             "env": outcome.env,
             "history": outcome.history,
             **({"serving": outcome.serving} if outcome.serving else {}),
+            **({"quantization": outcome.quantization} if outcome.quantization else {}),
             "preprocessing": data.preprocessing,
             DESCRIPTION_ATTR: describe_dataset(data),
             ARTIFACT_ID: artifact_id,

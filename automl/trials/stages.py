@@ -24,6 +24,7 @@ from automl.errors import SpecError
 from automl.inputs.onnx_model import OnnxModel
 from automl.models import build_model
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
+from automl.pipeline.layer_evidence import LayerEvidence, keep_order, layer_evidence
 from automl.pipeline.prune import PruneResult, prune
 from automl.pipeline.quantize import QuantizedModel, quantize_method
 from automl.pipeline.train import train
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from automl.candidate import Candidate
     from automl.inputs.data import Dataset
     from automl.inputs.trained_model import TrainedModel
+    from automl.targets import Target
     from automl.trials.stage_cache import StageCache
 
 
@@ -46,7 +48,8 @@ class CachedStages:
     """The stages of one candidate up to its quantized graph; ``reused`` says what was cached.
 
     ``cache`` None computes every stage. With ``trained``, the model is the user's trained
-    one, loaded instead of trained; an ONNX model's graph is taken as the export.
+    one, loaded instead of trained; an ONNX model's graph is taken as the export. ``target``
+    is where a per-layer method's evidence is timed.
     """
 
     candidate: Candidate
@@ -57,6 +60,7 @@ class CachedStages:
     device: str
     cache: StageCache | None
     trained: TrainedModel | OnnxModel | None = None
+    target: Target | None = None
 
     def __post_init__(self) -> None:
         c = self.candidate
@@ -82,10 +86,16 @@ class CachedStages:
         self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, finetune)
         self.export_key = content_key("export", self.prune_key, OPSET)
         self.method = c.quant_method
+        self.evidence_key = content_key(
+            "evidence", self.export_key, self.method.cache_tag, getattr(self.target, "name", None),
+            c.batch_size, c.graph_optimization,
+        )  # fmt: skip
+        kept = (c.keep_fp32, self.evidence_key) if c.keep_fp32 else ()
         self.quant_key = content_key(
-            "quantize", self.prune_key, self.method.name, self.method.cache_tag, OPSET
+            "quantize", self.prune_key, self.method.name, self.method.cache_tag, OPSET, *kept
         )
         self._pruned: tuple[PruneResult, dict] | None = None
+        self._exported: tuple[ExportResult, dict] | None = None
 
     def quantized(self, timings: dict[str, float]) -> tuple[QuantizedModel, float, dict]:
         """The quantized graph, its export's difference from torch, and the model's summary."""
@@ -99,20 +109,61 @@ class CachedStages:
                 meta["max_abs_diff"],
                 meta["model"],
             )
-        exported, built = self._exported(timings)
+        exported, built = self.exported(timings)
+        layers = self._layers(exported.path, timings)
         with timed(timings, "quantize"):
             quantized = quantize_method(
                 exported.path, self.workdir / "model.onnx", self.method.name,
-                calibration=self.data.x_calib,
+                calibration=self.data.x_calib, keep=layers.get("kept_fp32", ()),
             )  # fmt: skip
             meta = {k: v for k, v in asdict(quantized).items() if k != "path"}
+            built = {**built, **({"layers": layers} if layers else {})}
             self._put_onnx("quantize", self.quant_key, quantized.path,
                            {"quantized": meta, "max_abs_diff": exported.max_abs_diff,
                             "model": built})  # fmt: skip
         return quantized, exported.max_abs_diff, built
 
-    def _exported(self, timings: dict[str, float]) -> tuple[ExportResult, dict]:
-        """The fp32 ONNX graph and the model's summary; built from the torch model on a miss."""
+    def _layers(self, fp32_path: Path, timings: dict[str, float]) -> dict:
+        """For a per-layer method keeping layers: its model's evidence, and the layers kept."""
+        keep = self.candidate.keep_fp32
+        if not keep:
+            return {}
+        timings.setdefault("layer_evidence", 0.0)
+        with timed(timings, "layer_evidence"):
+            evidence = self._evidence(fp32_path)
+        return {"evidence": evidence, "kept_fp32": keep_order(
+            [LayerEvidence(**row) for row in evidence])[:keep]}  # fmt: skip
+
+    def _evidence(self, fp32_path: Path) -> list[dict]:
+        """The evidence of every layer (see :func:`layer_evidence`), from the cache or measured."""
+        hit = self.cache.get("evidence", self.evidence_key, ".json") if self.cache else None
+        if hit is not None:
+            try:
+                return json.loads(hit.read_text())
+            except (OSError, ValueError):
+                pass  # evicted meanwhile or unreadable: measure again
+        if self.target is None:
+            raise SpecError(f"method {self.method.name!r} keeps layers by their time on a target")
+        c = self.candidate
+        evidence = [asdict(row) for row in layer_evidence(
+            fp32_path, self.target, self.data, c.batch_size, self.method.name,
+            optimization=c.graph_optimization,
+        )]  # fmt: skip
+        if self.cache is not None:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            path = self.workdir / "evidence.json"
+            path.write_text(json.dumps(evidence))
+            self.cache.put("evidence", self.evidence_key, ".json", path)
+        return evidence
+
+    def exported(self, timings: dict[str, float]) -> tuple[ExportResult, dict]:
+        """The fp32 ONNX graph and the model's summary, found once; built from the torch model
+        on a miss."""
+        if self._exported is None:
+            self._exported = self._export(timings)
+        return self._exported
+
+    def _export(self, timings: dict[str, float]) -> tuple[ExportResult, dict]:
         with timed(timings, "export"):
             hit = self._cached_onnx("export", self.export_key, "model-fp32.onnx")
         if hit is not None:

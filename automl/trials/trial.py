@@ -18,10 +18,12 @@ from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
 from automl.pipeline.ort_packages import gpu_runtime_versions
 from automl.pipeline.serving import measure_serving
 from automl.pipeline.timers import backend_session
+from automl.records import QUANTIZATION_GAIN
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
 from automl.targets.presence import gpu_identity
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
+from automl.trials.quant_gain import measure_gain
 from automl.trials.screen import rate_bound
 from automl.trials.stage_cache import content_key
 from automl.trials.stages import CachedStages, timed
@@ -55,6 +57,7 @@ class TrialOutcome:
     history: dict
     reused: dict[str, bool]
     serving: dict | None = None  # the load runs of a serving study (see measure_serving)
+    quantization: dict | None = None  # a quantized trial's gain over fp32 (see measure_gain)
 
 
 def run_trial(
@@ -103,6 +106,8 @@ def run_trial(
     Returns:
         The quantized artifact and its metrics: ``accuracy`` on the validation split (what the
         search sees) and ``test_accuracy`` on the test split (what the report shows beside it).
+        A quantized trial also records ``quantization_gain``, its own fp32 graph timed beside
+        it (see :mod:`automl.trials.quant_gain`).
 
     Raises:
         TargetUnavailable: Before any work, when the target's hardware is absent or ONNX
@@ -112,8 +117,9 @@ def run_trial(
     """
     require_present(target, [candidate.quant_method.name])
     stages = CachedStages(
-        candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained
-    )
+        candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained,
+        target,
+    )  # fmt: skip
     timings = dict.fromkeys(STAGES, 0.0)
     quantized, onnx_diff, built = stages.quantized(timings)
     engines = engine_folder(quantized.path, candidate.batch_size, target, quantized.method, cache)
@@ -137,6 +143,10 @@ def run_trial(
         "params_unpruned": float(built["params_before"]),
         "macs_unpruned": float(built["macs_before"]),
     }
+    gain = None
+    if quantized.method != "fp32":
+        gain = measure_gain(stages, quantized, latency, target, data, timings)
+        metrics[QUANTIZATION_GAIN] = gain["gain"]
     baseline = None
     if trained is not None:
         baseline = _baseline(stages, target, data, metrics, baseline_batch, timings)
@@ -163,10 +173,12 @@ def run_trial(
             "confusion": [list(row) for row in evaluation.confusion],
             "test_confusion": [list(row) for row in test_evaluation.confusion],
             "onnx_max_abs_diff": onnx_diff,
+            **({"layers": built["layers"]} if "layers" in built else {}),
             **({"baseline": asdict(baseline)} if baseline else {}),
         },
         reused=stages.reused,
         serving=served and served["record"],
+        quantization=gain,
     )
 
 

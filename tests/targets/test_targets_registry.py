@@ -97,7 +97,7 @@ def test_unknown_target_lists_known_names() -> None:
         assert name in str(excinfo.value)
 
 
-CPU_METHODS = ("fp32", "fp16", "int8-static", "int8-dynamic", "int4-weight")
+CPU_METHODS = ("fp32", "fp16", "int8-static", "int8-mixed", "int8-dynamic", "int4-weight")
 
 
 @pytest.mark.parametrize("name", NAMES)

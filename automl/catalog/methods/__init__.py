@@ -1,5 +1,5 @@
 """Quantization methods, one file each (see :class:`automl.catalog.Method`)."""
 
-from automl.catalog.methods._tools import tool_failure
+from automl.catalog.methods._tools import pre_process, tool_failure
 
-__all__ = ["tool_failure"]
+__all__ = ["pre_process", "tool_failure"]

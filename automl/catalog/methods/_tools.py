@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from automl.errors import UnsupportedQuantization
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     import numpy as np
 
@@ -50,10 +50,14 @@ def to_qdq(
     calibrate: str = "MinMax",
     reduce_range: bool = False,
     extra: dict[str, bool] | None = None,
+    exclude: Sequence[str] = (),
+    only: Sequence[str] = (),
 ) -> None:
     """Static QDQ quantization with per-channel weights, calibrated on ``calibration``.
 
     ``activations`` and ``weights`` name a ``QuantType``, ``calibrate`` a ``CalibrationMethod``.
+    The nodes named in ``exclude`` stay fp32; with ``only``, no other node is quantized. Node
+    names are those of ``src`` (ORT's pre-processing keeps them).
     """
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -76,6 +80,8 @@ def to_qdq(
                 activation_type=getattr(QuantType, activations),
                 calibrate_method=getattr(CalibrationMethod, calibrate),
                 extra_options=extra or {},
+                nodes_to_exclude=list(exclude),
+                nodes_to_quantize=list(only),
             )
 
 

@@ -1,0 +1,137 @@
+"""Per-layer evidence for mixed precision: what int8 costs each layer in accuracy, and what it
+gains in time on the target.
+
+:func:`layer_evidence` measures, for every layer (Conv, Gemm, MatMul) of an fp32 graph:
+
+- its *sensitivity*: the accuracy drop on a validation subset when that layer alone is
+  quantized, and the mean KL divergence of the outputs from fp32 (which orders layers whose
+  drop is the same, zero most often on a small subset);
+- its *time* in fp32 and in int8 on the target's provider, from ONNX Runtime's profiler, the
+  Q/DQ and layout nodes that quantization adds counted to the layer they serve (see
+  :mod:`automl.pipeline.profile`).
+
+:func:`keep_order` ranks the layers for a per-layer method: first those that int8 does not
+make faster, then by sensitivity per ms gained. A trial keeps the first ``keep_fp32`` of them
+in fp32; the figures only order the proposals, and each is measured end to end like any other.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from automl.catalog import get_method
+from automl.catalog.methods import pre_process
+from automl.pipeline._ort import feed, input_dtype, input_name, make_session
+from automl.pipeline.profile import SourceGraph, layer_times, profile_graph
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from automl.inputs.data import Dataset
+    from automl.targets import Target
+
+VALIDATION_SUBSET = 512
+_EPSILON_MS = 1e-6
+
+
+@dataclass(frozen=True)
+class LayerEvidence:
+    """One layer's figures (see the module's docstring)."""
+
+    name: str
+    kind: str
+    accuracy_drop: float
+    divergence: float
+    fp32_ms: float
+    int8_ms: float
+
+    @property
+    def gain_ms(self) -> float:
+        """What quantizing it saves per run (negative: it costs)."""
+        return self.fp32_ms - self.int8_ms
+
+
+def layer_evidence(
+    fp32_path: Path,
+    target: Target,
+    data: Dataset,
+    batch_size: int,
+    method: str,
+    *,
+    optimization: str = "all",
+) -> list[LayerEvidence]:
+    """The evidence of every layer of ``fp32_path`` for the per-layer ``method``, its time at
+    ``batch_size`` on the target.
+
+    The graph is first pre-processed as the method's converter does, so layer names are those
+    that the method keeps.
+    """
+    chosen = get_method(method)
+    with tempfile.TemporaryDirectory(prefix="automl-layers-") as tmp:
+        source = pre_process(fp32_path, Path(tmp) / "fp32.onnx")
+        graph = SourceGraph(source)
+        calibration = feed(data.x_calib, _dtype(source))
+        full = Path(tmp) / "int8.onnx"
+        chosen.convert(source, full, calibration)
+        times = [
+            layer_times(graph, profile_graph(path, target, m, data.x_test, batch_size,
+                                             optimization=optimization))
+            for path, m in ((source, "fp32"), (full, method))
+        ]  # fmt: skip
+        x, y = data.x_val[:VALIDATION_SUBSET], data.y_val[:VALIDATION_SUBSET]
+        reference = _probabilities(source, x)
+        evidence = []
+        for name, kind in graph.layers.items():
+            alone = Path(tmp) / "alone.onnx"
+            chosen.convert_layers(source, alone, calibration, only=(name,))
+            probabilities = _probabilities(alone, x)
+            evidence.append(
+                LayerEvidence(
+                    name=name,
+                    kind=kind,
+                    accuracy_drop=_accuracy(reference, y) - _accuracy(probabilities, y),
+                    divergence=_divergence(reference, probabilities),
+                    fp32_ms=times[0][name],
+                    int8_ms=times[1][name],
+                )
+            )
+    return evidence
+
+
+def keep_order(evidence: Sequence[LayerEvidence]) -> list[str]:
+    """The layers in the order a per-layer method keeps them in fp32: those that int8 makes
+    no faster first (the costliest first), then the most sensitive per ms gained."""
+
+    def priority(layer: LayerEvidence) -> tuple[int, float]:
+        if layer.gain_ms <= 0:
+            return 0, layer.gain_ms
+        return 1, -(layer.accuracy_drop + layer.divergence) / max(layer.gain_ms, _EPSILON_MS)
+
+    return [layer.name for layer in sorted(evidence, key=priority)]
+
+
+def _dtype(path: Path) -> type:
+    return input_dtype(make_session(path, ["CPUExecutionProvider"], 1))
+
+
+def _probabilities(path: Path, x: np.ndarray) -> np.ndarray:
+    """Softmax of the graph's outputs on ``x``, on the CPU."""
+    session = make_session(path, ["CPUExecutionProvider"], 1)
+    logits = session.run(None, {input_name(session): feed(x, input_dtype(session))})[0]
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def _accuracy(probabilities: np.ndarray, y: np.ndarray) -> float:
+    return float((probabilities.argmax(axis=1) == y).mean())
+
+
+def _divergence(reference: np.ndarray, other: np.ndarray) -> float:
+    """Mean KL(reference ‖ other) over the samples."""
+    eps = 1e-12
+    return float(np.mean(np.sum(reference * np.log((reference + eps) / (other + eps)), axis=1)))

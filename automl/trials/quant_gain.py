@@ -1,0 +1,71 @@
+"""Whether quantization paid: a quantized trial's fp32 graph, timed beside it, and where the
+time went.
+
+Every trial whose method is not ``fp32`` also measures its own fp32 graph (the same pruned
+model, at the same batch, on the same backend's provider) right after its quantized one, in the
+same process, so ``quantization_gain`` (the fp32 per-sample latency over the trial's) is a
+ratio of two figures that a loaded host moves together. Both graphs are profiled, and the
+per-operator times are recorded; where the gain is at most 1 the record says, from the profile,
+where the quantized graph's time went (see :func:`automl.pipeline.profile.explain_no_gain`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from automl.pipeline.latency import measure_latency
+from automl.pipeline.profile import SourceGraph, explain_no_gain, op_times, profile_graph
+from automl.records import QUANTIZATION_GAIN
+from automl.targets.gpus import measurement_lock
+from automl.trials.stages import timed
+
+if TYPE_CHECKING:
+    from automl.inputs.data import Dataset
+    from automl.pipeline.latency import Latency
+    from automl.pipeline.quantize import QuantizedModel
+    from automl.targets import Target
+    from automl.trials.stages import CachedStages
+
+
+def measure_gain(
+    stages: CachedStages,
+    quantized: QuantizedModel,
+    latency: Latency,
+    target: Target,
+    data: Dataset,
+    timings: dict[str, float],
+) -> dict:
+    """The gain of a quantized trial over its fp32 graph, its per-operator times, and, where
+    the gain is at most 1, why (``note``).
+
+    Returns:
+        ``{"gain", "fp32_per_sample_ms", "ops": {"fp32": {op: ms}, "quantized": {op: ms}},
+        "note"}``; the times are per run at the trial's batch.
+    """
+    candidate = stages.candidate
+    batch, level = candidate.batch_size, candidate.graph_optimization
+    exported, _ = stages.exported(timings)
+    timings.setdefault(QUANTIZATION_GAIN, 0.0)
+    with timed(timings, QUANTIZATION_GAIN):
+        with measurement_lock(target):
+            fp32 = measure_latency(
+                exported.path, target, data.x_test, batch, method="fp32", optimization=level
+            )
+        profiles = {
+            name: profile_graph(path, target, method, data.x_test, batch, optimization=level)
+            for name, path, method in (
+                ("fp32", exported.path, "fp32"),
+                ("quantized", quantized.path, quantized.method),
+            )
+        }
+    gain = fp32.per_sample_ms / latency.per_sample_ms
+    note = None
+    if gain <= 1:
+        graph = SourceGraph(exported.path)
+        note = explain_no_gain(graph, profiles["quantized"], profiles["fp32"], gain)
+    return {
+        "gain": gain,
+        "fp32_per_sample_ms": fp32.per_sample_ms,
+        "ops": {name: op_times(nodes) for name, nodes in profiles.items()},
+        "note": note,
+    }
