@@ -117,8 +117,12 @@ class SearchSpace(BaseModel):
                 legacy_bits()
             ):  # a long int range, never built
                 raise ValueError(f"parameter {name!r}: bits must be among {list(legacy_bits())}")
-        first = {p.sets or n: param_values(p)[0] for n, p in self.params.items()}
-        candidate_from_values(self._arch_values(first))  # a space that cannot build fails here
+        first: dict[str, Any] = {}  # each param's first value, where its 'when' holds
+        for name, param in self.params.items():
+            if applies(param, first):
+                first[name] = param_values(param)[0]
+        values = {self.params[name].sets or name: value for name, value in first.items()}
+        candidate_from_values(self._arch_values(values))  # a space that cannot build fails here
         return self
 
     def candidate_keys(self) -> list[str]:

@@ -170,3 +170,13 @@ def test_screenshot(report: Path, tmp_path: Path) -> None:
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 50_000  # a blank page of this size compresses to a few kB
+
+
+def test_quantized_trials_that_did_not_pay_say_why(dom: str, study_run: dict) -> None:
+    study, _ = load(NAME, study_run["storage"])
+    records = [t.user_attrs["quantization"] for t in study.trials if "quantization" in t.user_attrs]
+    assert records  # trial 0 is an 8-bit MLP
+    notes = [r["note"] for r in records if r["note"]]
+    assert ("Quantized but not faster" in dom) == bool(notes)
+    for note in notes:
+        assert html.escape(note, quote=False) in dom

@@ -1,0 +1,67 @@
+"""Per-layer evidence of a real trained graph, its ordering, and the mixed method it orders."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from automl.errors import SpecError
+from automl.pipeline.layer_evidence import LayerEvidence, keep_order, layer_evidence
+from automl.pipeline.quantize import quantize_method
+from automl.targets import load_target
+
+
+@pytest.fixture(scope="module")
+def evidence(exported_models, digits) -> list[LayerEvidence]:
+    return layer_evidence(exported_models["cnn"], load_target("cpu"), digits, 8, "int8-mixed")
+
+
+def test_every_layer_has_its_sensitivity_and_its_time(evidence) -> None:
+    assert [row.kind for row in evidence] == ["Conv", "Conv", "Gemm"]
+    for row in evidence:
+        assert row.divergence >= 0 and -1 <= row.accuracy_drop <= 1
+        assert row.fp32_ms > 0 and row.int8_ms > 0
+    assert any(row.divergence > 0 for row in evidence)  # int8 moved some outputs
+
+
+def _row(name: str, drop: float, fp32_ms: float, int8_ms: float) -> LayerEvidence:
+    return LayerEvidence(name, "Conv", drop, 0.0, fp32_ms, int8_ms)
+
+
+def test_layers_that_int8_does_not_speed_up_are_kept_first_then_by_cost_per_ms() -> None:
+    rows = [
+        _row("cheap", 0.001, 1.0, 0.5),  # 0.002 per ms gained
+        _row("slower", 0.0, 1.0, 1.4),  # int8 costs 0.4 ms
+        _row("touchy", 0.02, 1.0, 0.5),  # 0.04 per ms gained
+        _row("worse", 0.0, 1.0, 2.0),  # int8 costs 1 ms
+    ]
+    assert keep_order(rows) == ["worse", "slower", "touchy", "cheap"]
+
+
+def _fp32_layers(path) -> set[str]:
+    """The Conv/Gemm nodes whose weight is a plain initializer (no DequantizeLinear)."""
+    graph = onnx.load(str(path)).graph
+    weights = {i.name for i in graph.initializer}
+    return {
+        n.name for n in graph.node if n.op_type in ("Conv", "Gemm") and n.input[1] in weights
+    }
+
+
+def test_the_mixed_method_keeps_the_named_layers_and_only_those(
+    exported_models, digits, evidence, tmp_path
+) -> None:
+    kept = keep_order(evidence)[:1]
+    mixed = quantize_method(
+        exported_models["cnn"], tmp_path / "mixed.onnx", "int8-mixed",
+        calibration=digits.x_calib, keep=kept,
+    )  # fmt: skip
+    assert _fp32_layers(mixed.path) == set(kept)
+    full = quantize_method(
+        exported_models["cnn"], tmp_path / "full.onnx", "int8-mixed", calibration=digits.x_calib
+    )
+    assert _fp32_layers(full.path) == set()
+    with pytest.raises(SpecError, match="quantizes the whole graph.*int8-mixed"):
+        quantize_method(
+            exported_models["cnn"], tmp_path / "s.onnx", "int8-static",
+            calibration=digits.x_calib, keep=kept,
+        )  # fmt: skip

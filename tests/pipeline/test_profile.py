@@ -1,0 +1,73 @@
+"""ONNX Runtime's profile of a real graph, given back to the layers of its source graph."""
+
+from __future__ import annotations
+
+import pytest
+
+from automl.pipeline.profile import (
+    OTHER,
+    NodeTime,
+    SourceGraph,
+    explain_no_gain,
+    layer_times,
+    op_times,
+    profile_graph,
+)
+from automl.pipeline.quantize import quantize_method
+from automl.targets import load_target
+
+
+@pytest.fixture(scope="module")
+def profiles(exported_models, digits, tmp_path_factory) -> dict:
+    """The CNN's fp32 and int8-static graphs, profiled at batch 8 on the CPU."""
+    fp32 = exported_models["cnn"]
+    int8 = quantize_method(
+        fp32, tmp_path_factory.mktemp("profile") / "int8.onnx", "int8-static",
+        calibration=digits.x_calib,
+    )  # fmt: skip
+    cpu = load_target("cpu")
+    return {
+        "graph": SourceGraph(fp32),
+        "fp32": profile_graph(fp32, cpu, "fp32", digits.x_test, 8),
+        "int8": profile_graph(int8.path, cpu, "int8-static", digits.x_test, 8),
+    }
+
+
+def test_every_layer_of_the_source_graph_is_found_with_its_kind(profiles) -> None:
+    graph = profiles["graph"]
+    assert set(graph.layers.values()) == {"Conv", "Gemm"}
+    assert sum(kind == "Conv" for kind in graph.layers.values()) == 2
+
+
+def test_profiled_time_goes_to_the_layers_in_both_forms(profiles) -> None:
+    graph = profiles["graph"]
+    for form in ("fp32", "int8"):
+        nodes = profiles[form]
+        times = layer_times(graph, nodes)
+        assert all(times[layer] > 0 for layer in graph.layers), (form, times)
+        assert sum(times.values()) == pytest.approx(sum(n.ms for n in nodes))
+    int8_ops = op_times(profiles["int8"])
+    assert "QLinearConv" in int8_ops and "QuantizeLinear" in int8_ops
+    assert list(int8_ops.values()) == sorted(int8_ops.values(), reverse=True)
+
+
+def test_renamed_and_added_nodes_find_their_layer(profiles) -> None:
+    graph = profiles["graph"]
+    first_conv = next(iter(graph.layers))
+    gemm = next(name for name, kind in graph.layers.items() if kind == "Gemm")
+    relu_out = next(n.output[0] for n in graph.nodes.values() if n.op_type == "Relu")
+
+    def layer(name: str) -> str:
+        return graph.layer_of(NodeTime(name, "?", 1.0))
+
+    assert layer(f"{first_conv}") == first_conv  # a converted node keeps its name
+    assert layer("input_QuantizeLinear") == first_conv  # quantizes what the first conv reads
+    assert layer("logits_DequantizeLinear") == gemm  # dequantizes what the classifier wrote
+    assert layer(relu_out) in graph.layers  # a fused conv + relu, named by its output
+    assert layer("ReorderOutput") == OTHER
+
+
+def test_a_graph_that_did_not_pay_is_explained_from_its_profile(profiles) -> None:
+    note = explain_no_gain(profiles["graph"], profiles["int8"], profiles["fp32"], 0.8)
+    assert note.startswith("quantized but not faster (gain 0.80×)")
+    assert "quantize, dequantize and cast nodes take" in note

@@ -1,0 +1,71 @@
+"""A quantized trial's gain over its own fp32 graph, and the mixed method inside a trial."""
+
+from __future__ import annotations
+
+import pytest
+
+import automl.trials.stages as stages_module
+from automl.candidate import ArchConfig, Candidate, TrainConfig
+from automl.errors import SpecError
+from automl.pipeline.layer_evidence import LayerEvidence, keep_order
+from automl.targets import load_target
+from automl.trials.stage_cache import StageCache
+from automl.trials.trial import run_trial
+
+ARCH = ArchConfig("cnn", 16, 2)
+
+
+def _candidate(**knobs) -> Candidate:
+    return Candidate(ARCH, batch_size=8, train=TrainConfig(epochs=2), **knobs)
+
+
+def test_a_quantized_trial_times_its_fp32_graph_and_says_why_when_it_did_not_pay(
+    digits, tmp_path
+) -> None:
+    cpu = load_target("cpu")
+    quantized = run_trial(_candidate(method="int8-static"), cpu, digits, tmp_path / "q")
+    record = quantized.quantization
+    assert record is not None and record["fp32_per_sample_ms"] > 0
+    per_sample = quantized.metrics["latency_per_sample_ms"]
+    assert quantized.metrics["quantization_gain"] == record["fp32_per_sample_ms"] / per_sample
+    assert "QLinearConv" in record["ops"]["quantized"] and "Conv" in record["ops"]["fp32"]
+    assert (record["note"] is not None) == (record["gain"] <= 1)
+    assert quantized.timings["quantization_gain"] > 0
+
+    fp32 = run_trial(_candidate(method="fp32"), cpu, digits, tmp_path / "f")
+    assert fp32.quantization is None and "quantization_gain" not in fp32.metrics
+
+
+def test_the_mixed_method_keeps_its_evidence_order_and_measures_evidence_once(
+    digits, tmp_path, monkeypatch
+) -> None:
+    calls = []
+    measure = stages_module.layer_evidence
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(stages_module, "layer_evidence", counted)
+    cache = StageCache(tmp_path / "cache", max_bytes=10**9)
+    cpu = load_target("cpu")
+    one = run_trial(_candidate(method="int8-mixed", keep_fp32=1), cpu, digits, tmp_path / "a",
+                    cache=cache)  # fmt: skip
+    two = run_trial(_candidate(method="int8-mixed", keep_fp32=2), cpu, digits, tmp_path / "b",
+                    cache=cache)  # fmt: skip
+    assert len(calls) == 1  # the second trial's evidence came from the cache
+    evidence = [LayerEvidence(**row) for row in one.history["layers"]["evidence"]]
+    assert len(evidence) == 3
+    assert one.history["layers"]["kept_fp32"] == keep_order(evidence)[:1]
+    assert two.history["layers"]["kept_fp32"] == keep_order(evidence)[:2]
+    assert two.reused["export"] and not two.reused["quantize"]
+    again = run_trial(_candidate(method="int8-mixed", keep_fp32=2), cpu, digits, tmp_path / "c",
+                      cache=cache)  # fmt: skip
+    assert again.reused["quantize"] and again.history["layers"] == two.history["layers"]
+
+
+def test_keeping_layers_needs_a_per_layer_method() -> None:
+    with pytest.raises(SpecError, match="only a per-layer method.*'int8-static'"):
+        _candidate(method="int8-static", keep_fp32=2)
+    with pytest.raises(SpecError, match="keep_fp32=-1"):
+        _candidate(method="int8-mixed", keep_fp32=-1)
