@@ -42,9 +42,7 @@ def _fp32_layers(path) -> set[str]:
     """The Conv/Gemm nodes whose weight is a plain initializer (no DequantizeLinear)."""
     graph = onnx.load(str(path)).graph
     weights = {i.name for i in graph.initializer}
-    return {
-        n.name for n in graph.node if n.op_type in ("Conv", "Gemm") and n.input[1] in weights
-    }
+    return {n.name for n in graph.node if n.op_type in ("Conv", "Gemm") and n.input[1] in weights}
 
 
 def test_the_mixed_method_keeps_the_named_layers_and_only_those(
@@ -60,7 +58,7 @@ def test_the_mixed_method_keeps_the_named_layers_and_only_those(
         exported_models["cnn"], tmp_path / "full.onnx", "int8-mixed", calibration=digits.x_calib
     )
     assert _fp32_layers(full.path) == set()
-    with pytest.raises(SpecError, match="quantizes the whole graph.*int8-mixed"):
+    with pytest.raises(SpecError, match=r"quantizes the whole graph.*int8-mixed"):
         quantize_method(
             exported_models["cnn"], tmp_path / "s.onnx", "int8-static",
             calibration=digits.x_calib, keep=kept,

@@ -69,7 +69,9 @@ def test_study_runs_records_and_builds_a_front(env, tmp_path):
         assert key in trial.user_attrs
     stages = {"train", "prune", "export", "quantize", "evaluate", "latency"}
     quantized = trial.user_attrs["candidate"]["bits"] < 32  # it also times its fp32 graph
-    assert set(trial.user_attrs["timings"]) == stages | ({"quantization_gain"} if quantized else set())
+    assert set(trial.user_attrs["timings"]) == stages | (
+        {"quantization_gain"} if quantized else set()
+    )
     assert ("quantization_gain" in trial.user_attrs) == quantized
     assert study.user_attrs["constraints"] == ["latency_p99_ms <= 50"]
     # Raw metrics are stored as the objective values, validation accuracy first.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import optuna
 import pytest
 import torch
+from conftest import run_cli_study
 
 import automl
 from automl.candidate import TrainConfig
@@ -154,3 +157,30 @@ def test_an_output_layer_by_another_name_is_found_and_recorded(tmp_path):
     assert trial.state.name == "COMPLETE" and trial.user_attrs["output_layer"] == "head"
     pruned = prune(head_named(), data, 0.25, TrainConfig(epochs=0), output_layer="head").model
     assert pruned.head.out_features == 10 and pruned.head.in_features == 36
+
+
+MIXED_SPACE = """
+name: trained-mixed
+params:
+  method: {type: categorical, choices: [fp32, int8-mixed]}
+  keep_fp32: {type: fixed, value: 1, when: {method: [int8-mixed]}}
+  batch_size: {type: fixed, value: 8}
+"""
+
+
+def test_a_mixed_trial_of_a_trained_model_is_measured_beside_its_fp32_baseline(
+    tmp_path, weights, monkeypatch
+):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))  # the factory's module
+    space = tmp_path / "space.yaml"
+    space.write_text(MIXED_SPACE)
+    spec = {"name": "mixed", "search_space": str(space), "n_trials": 2,
+            "model": {"factory": FACTORY, "weights": str(weights)}}  # fmt: skip
+    run = run_cli_study(tmp_path, spec, [{"method": "int8-mixed", "keep_fp32": 1}])
+    study = optuna.load_study(study_name="mixed", storage=run["storage"])
+    baseline, mixed = study.trials
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    assert baseline.params == {"method": "fp32"} and mixed.params["method"] == "int8-mixed"
+    assert len(mixed.user_attrs["history"]["layers"]["kept_fp32"]) == 1
+    assert mixed.user_attrs["history"]["baseline"]["accuracy"] == baseline.user_attrs["accuracy"]
+    assert mixed.user_attrs["quantization_gain"] > 0
