@@ -43,6 +43,7 @@ def prune(
     device: str = "cpu",
     threads: int = 1,
     output_layer: str = OUTPUT_LAYER,
+    round_to: int | None = None,
 ) -> PruneResult:
     """Remove ``ratio`` of the channels of every prunable layer, then fine-tune.
 
@@ -61,6 +62,8 @@ def prune(
         device: Where to fine-tune.
         threads: Torch intra-op threads on CPU.
         output_layer: The name of the model's output layer, which keeps its size.
+        round_to: Keep a multiple of this many channels in each layer (a target's
+            ``channel_multiple``); ``None`` keeps what the ratio gives.
 
     Returns:
         The pruned model (on CPU, eval mode) with MACs and params before and after.
@@ -78,7 +81,7 @@ def prune(
     if ratio > 0:
         # The unpruned model is the teacher of a distilled fine-tune.
         teacher = logits_of(model, data.x_train) if finetune.kd_alpha > 0 else None
-        _pruner(model, example, ratio, output_layer).step()
+        _pruner(model, example, ratio, output_layer, round_to).step()
         _check_runs(model, example, ratio)
         history = train(
             model, data, finetune,
@@ -112,7 +115,7 @@ def _check_runs(model: nn.Module, example: torch.Tensor, ratio: float) -> None:
 
 
 def _pruner(
-    model: nn.Module, example: torch.Tensor, ratio: float, output_layer: str
+    model: nn.Module, example: torch.Tensor, ratio: float, output_layer: str, round_to: int | None
 ) -> tp.pruner.MetaPruner:
     """torch-pruning's pruner of ``ratio`` of the channels, and of the attention heads.
 
@@ -132,4 +135,5 @@ def _pruner(
         prune_num_heads=bool(heads),
         prune_head_dims=False,
         head_pruning_ratio=ratio if heads else 0.0,
+        round_to=round_to,
     )

@@ -47,6 +47,7 @@ class _TargetModel(BaseModel):
     methods: list[str] | None = Field(default=None, min_length=1)
     precisions: list[Literal[32, 16, 8, 4]] | None = Field(default=None, min_length=1)
     intra_op_threads: int = Field(ge=0)
+    channel_multiple: int = Field(default=8, ge=1)
     device_names: list[str] | None = None
     peaks: _PeaksModel
 
@@ -88,6 +89,10 @@ class Target:
         device_names: The exact ``nvidia-smi`` GPU names this target measures (see
             :func:`device_refusal`); empty for cpu.
         peaks: Datasheet peaks.
+        channel_multiple: Structured pruning keeps a multiple of this many channels per layer
+            (torch-pruning's ``round_to``): kernels block channels (ONNX Runtime's CPU
+            convolutions by 8, tensor cores by 8 or 16), and a pruned count off the block runs
+            slower than the unpruned layer.
     """
 
     name: str
@@ -100,6 +105,7 @@ class Target:
     backends: tuple[str, ...]
     device_names: tuple[str, ...]
     peaks: Peaks
+    channel_multiple: int = 8
 
     def backend_for(self, method: str) -> Backend:
         """The backend that measures ``method`` here: the first of :attr:`backends` to run it.
@@ -180,6 +186,7 @@ def _to_target(model: _TargetModel) -> Target:
             memory_gb=p.memory_gb,
             source=p.source,
         ),
+        channel_multiple=model.channel_multiple,
     )
 
 

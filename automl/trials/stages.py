@@ -83,7 +83,10 @@ class CachedStages:
             )  # a GPU trains other weights than the CPU does, from the same seed
         # Without pruning there is no fine-tune: its settings and device change nothing.
         finetune = (self.finetune, self.device) if c.pruning_ratio > 0 else None
-        self.prune_key = content_key("prune", self.train_key, c.pruning_ratio, finetune)
+        self.round_to = self.target.channel_multiple if self.target else None
+        self.prune_key = content_key(
+            "prune", self.train_key, c.pruning_ratio, finetune, self.round_to
+        )
         self.export_key = content_key("export", self.prune_key, OPSET)
         self.method = c.quant_method
         self.evidence_key = content_key(
@@ -230,13 +233,14 @@ class CachedStages:
             # Pruning is deterministic and cheap: redo it to get the shapes, skip the fine-tune.
             shell = prune(
                 trained, self.data, self.candidate.pruning_ratio, TrainConfig(epochs=0),
-                output_layer=layer,
+                output_layer=layer, round_to=self.round_to,
             )  # fmt: skip
             shell.model.load_state_dict(cached["state_dict"])
             return PruneResult(**{**_fields(shell), "history": tuple(cached["history"])})
         result = prune(
             trained, self.data, self.candidate.pruning_ratio, self.finetune,
             seed=self.seed, device=self.device, threads=self.threads, output_layer=layer,
+            round_to=self.round_to,
         )  # fmt: skip
         self._save("prune", self.prune_key, {"state_dict": result.model.state_dict(),
                                              "history": list(result.history)})  # fmt: skip

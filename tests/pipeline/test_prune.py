@@ -71,3 +71,15 @@ def test_the_output_layer_a_space_names_is_left_alone(family_data):
     assert result.model.head.in_features == 8
     with pytest.raises(SpecError, match="no output layer 'classifier'"):
         prune(build_model(arch, data.input_shape, data.num_classes), data, 0.5, TrainConfig())
+
+
+@pytest.mark.parametrize("family", CONV_FAMILIES)
+def test_pruning_keeps_a_multiple_of_the_channel_block(digits, family):
+    def widths(round_to: int | None) -> set[int]:
+        model = build_model(ArchConfig(family, 64, 2), digits.input_shape, digits.num_classes)
+        pruned = prune(model.eval(), digits, 0.2, TrainConfig(epochs=0), round_to=round_to)
+        return {m.out_channels for m in pruned.model.modules() if hasattr(m, "out_channels")}
+
+    assert any(w % 8 for w in widths(None))  # what the ratio alone gives: off the block
+    rounded = widths(8)
+    assert all(w % 8 == 0 for w in rounded) and max(rounded) < 64

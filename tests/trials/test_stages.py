@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import onnx
 import pytest
 
-from automl.candidate import ArchConfig, Candidate
+from automl.candidate import ArchConfig, Candidate, TrainConfig
 from automl.targets import load_target
 from automl.trials.stage_cache import StageCache
 from automl.trials.stages import CachedStages
@@ -78,3 +79,15 @@ def test_weights_trained_on_another_device_are_other_entries(digits, tmp_path, r
 
     assert cpu.train_key == stages("cpu").train_key != cuda.train_key
     assert cpu.quant_key != cuda.quant_key  # and so every stage after training
+
+
+def test_a_pruned_trial_keeps_the_targets_channel_multiple(digits, tmp_path):
+    target = load_target("cpu")
+    candidate = Candidate(ArchConfig("cnn", 40, 2), pruning_ratio=0.3, batch_size=8,
+                          train=TrainConfig(epochs=1), finetune_epochs=1)  # fmt: skip
+    outcome = run_trial(candidate, target, digits, tmp_path / "t")
+    graph = onnx.load(str(tmp_path / "t" / "model-fp32.onnx")).graph
+    weights = {i.name: i.dims for i in graph.initializer}
+    convs = [weights[n.input[1]][0] for n in graph.node if n.op_type == "Conv"]
+    assert convs and all(c % target.channel_multiple == 0 and c < 40 for c in convs), convs
+    assert outcome.metrics["params"] < outcome.metrics["params_unpruned"]

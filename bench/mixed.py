@@ -1,0 +1,111 @@
+"""Mixed precision on trained models: what keeping layers in fp32 recovers, and what it costs.
+
+Run: ``.venv/bin/python -m bench.mixed [--rounds 5] [--batch 8] [--epochs 6]``.
+The two models of :mod:`bench.optimize` (a 64-channel CNN and a depthwise-separable net) are
+trained on digits. For each, the fp32 graph, full ``int8-static`` and ``int8-mixed`` keeping the
+first k layers of the model's evidence order (k = 1 .. all) are built; accuracy is measured on
+the validation and test splits together, and per-sample latency at ``--batch`` on the CPU
+target, every graph once per round, rounds interleaved, so all figures come from one run. Each
+row gives the median per-sample latency and its min-max over rounds, the speedup over fp32 and
+the share of full int8's speedup kept. The summary names the smallest k within 0.5 % of fp32's
+accuracy, the check of issue #41 (it applies where full int8 loses more than 1 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from automl.inputs.data import load_dataset
+from automl.pipeline.evaluate import evaluate
+from automl.pipeline.export import export_onnx
+from automl.pipeline.latency import measure_latency
+from automl.pipeline.layer_evidence import keep_order, layer_evidence
+from automl.pipeline.quantize import quantize_method
+from automl.pipeline.timers import backend_session
+from automl.pipeline.train import train
+from automl.targets import load_target
+from bench.optimize import MODELS
+
+
+def graphs(name: str, tmp: Path, epochs: int, batch: int) -> dict[str, tuple[Path, str]]:
+    """The fp32, int8 and mixed graphs of model ``name``: label → (path, method)."""
+    from automl.candidate import TrainConfig
+
+    data = load_dataset("digits")
+    torch.manual_seed(0)
+    model = train(MODELS[name](), data, TrainConfig(epochs=epochs)).model
+    fp32 = export_onnx(model, data.x_test[:64], tmp / f"{name}-fp32.onnx").path
+    built = {"fp32": (fp32, "fp32")}
+    int8 = quantize_method(fp32, tmp / f"{name}-int8.onnx", "int8-static",
+                           calibration=data.x_calib)  # fmt: skip
+    built["int8-static"] = (int8.path, "int8-static")
+    order = keep_order(layer_evidence(fp32, load_target("cpu"), data, batch, "int8-mixed"))
+    for k in range(1, len(order) + 1):
+        mixed = quantize_method(fp32, tmp / f"{name}-keep{k}.onnx", "int8-mixed",
+                                calibration=data.x_calib, keep=order[:k])  # fmt: skip
+        built[f"int8-mixed k={k}"] = (mixed.path, "int8-mixed")
+    return built
+
+
+def accuracy(path: Path, method: str) -> float:
+    """Accuracy on the validation and test splits together, on the CPU target."""
+    data = load_dataset("digits")
+    x = np.concatenate([data.x_val, data.x_test])
+    y = np.concatenate([data.y_val, data.y_test])
+    session = backend_session(path, load_target("cpu"), method)
+    return evaluate(session, x, y, num_classes=data.num_classes, batch_size=256).accuracy
+
+
+def run_model(name: str, tmp: Path, args: argparse.Namespace) -> None:
+    """The table and summary of one model."""
+    built = graphs(name, tmp, args.epochs, args.batch)
+    cpu, x = load_target("cpu"), load_dataset("digits").x_test
+    times: dict[str, list[float]] = {label: [] for label in built}
+    for _ in range(args.rounds):
+        for label, (path, method) in built.items():
+            latency = measure_latency(path, cpu, x, args.batch, method=method)
+            times[label].append(latency.per_sample_ms)
+    accuracies = {label: accuracy(path, method) for label, (path, method) in built.items()}
+    median = {label: statistics.median(t) for label, t in times.items()}
+    int8_speedup = median["fp32"] / median["int8-static"]
+    print(f"\n## {name}: batch {args.batch}, {args.rounds} rounds\n")
+    print("| graph | accuracy | drop from fp32 | ms/sample (min-max) | speedup | of int8's |")
+    print("|---|---|---|---|---|---|")
+    for label in built:
+        speedup = median["fp32"] / median[label]
+        kept = f"{(speedup - 1) / (int8_speedup - 1):.0%}" if int8_speedup > 1 else "-"
+        print(
+            f"| {label} | {accuracies[label]:.4f} | {accuracies['fp32'] - accuracies[label]:+.4f} | "
+            f"{median[label]:.4f} ({min(times[label]):.4f}-{max(times[label]):.4f}) | "
+            f"{speedup:.2f}x | {kept} |"
+        )
+    drop = accuracies["fp32"] - accuracies["int8-static"]
+    within = [label for label in built if label.startswith("int8-mixed")
+              and accuracies["fp32"] - accuracies[label] <= 0.005]  # fmt: skip
+    print(
+        f"\n{name}: full int8 drops {drop:+.2%} at {int8_speedup:.2f}x"
+        f"{' (the check applies)' if drop > 0.01 else ' (not more than 1 %: the check does not apply)'}"
+        f"; smallest keep within 0.5 % of fp32: {within[0] if within else 'none'}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-mixed-") as tmp:
+        for name in args.models:
+            run_model(name, Path(tmp), args)
+
+
+if __name__ == "__main__":
+    main()
