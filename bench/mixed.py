@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ from automl.pipeline.quantize import quantize_method
 from automl.pipeline.timers import backend_session
 from automl.pipeline.train import train
 from automl.targets import load_target
-from bench.optimize import MODELS
+from bench.optimize import MODELS, per_model
 
 
 def graphs(name: str, tmp: Path, epochs: int, batch: int) -> dict[str, tuple[Path, str]]:
@@ -99,12 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-mixed-") as tmp:
-        for name in args.models:
-            run_model(name, Path(tmp), args)
+    per_model(parser, run_model, "bench-mixed-")
 
 
 if __name__ == "__main__":

@@ -138,16 +138,22 @@ def run_model(name: str, tmp: Path, args: argparse.Namespace) -> None:
     )
 
 
+def per_model(parser: argparse.ArgumentParser, run, prefix: str) -> None:
+    """Parse ``parser`` (with ``--epochs`` and ``--models`` added), then ``run(name, folder,
+    args)`` for each model, in one temporary folder."""
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for name in args.models:
+            run(name, Path(tmp), args)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-optimize-") as tmp:
-        for name in args.models:
-            run_model(name, Path(tmp), args)
+    per_model(parser, run_model, "bench-optimize-")
 
 
 if __name__ == "__main__":
