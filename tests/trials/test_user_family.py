@@ -16,7 +16,7 @@ name: user-dilated
 output_layer: head
 params:
   arch.family: {type: fixed, value: "user_families:dilated_conv"}
-  arch.width: {type: categorical, choices: [8, 16]}
+  arch.width: {type: categorical, choices: [16, 24]}  # pruned by blocks of 8 channels
   arch.depth: {type: fixed, value: 2}
   arch.extra.dilation: {type: categorical, choices: [1, 3]}
   pruning_ratio: {type: categorical, choices: [0.0, 0.5]}
