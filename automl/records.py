@@ -73,6 +73,9 @@ METRICS.update(SERVING_METRICS)
 # Recorded for every trial and shown in every view, but never an objective or constraint: the
 # accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
 TEST_METRIC = "test_accuracy"
+# The metrics of a model that its deployment (method, batch) does not repair: a constraint on
+# one that a model breaks stays broken at every deployment (quantization only lowers accuracy).
+MODEL_METRICS = frozenset({"accuracy", TEST_METRIC, "accuracy_drop"})
 # Recorded by every quantized trial, never an objective (an fp32 trial has none): its own fp32
 # graph's per-sample latency, measured beside it, over its own. At most 1: int8 did not pay.
 QUANTIZATION_GAIN = "quantization_gain"

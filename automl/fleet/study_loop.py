@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from automl.errors import Aborted, InputRefused
 from automl.fleet.tracking import tracker
 from automl.inputs.data import cached_dataset
-from automl.records import DATA_ROOT_ATTR, STOP_ATTR
+from automl.records import DATA_ROOT_ATTR, MODEL_METRICS, STOP_ATTR
 from automl.search.budget import fail_cap, forgiven_failures, out_of_time
 from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
@@ -192,8 +192,9 @@ def run_study_loop(
     logger.info("study %s: sampler %s, seed %d", name, spec.sampler, seed)
     if spec.trials_per_model > 1:
         space = load_space(spec.search_space)
+        stuck = [i for i, c in enumerate(spec.constraints) if c.metric in MODEL_METRICS]
         sampler = VariantSampler(
-            sampler, space, spec.trials_per_model, spec.variant_startup_trials, seed
+            sampler, space, spec.trials_per_model, spec.variant_startup_trials, seed, stuck
         )
     sampler = ScaledValuesSampler(sampler, spec.objectives)
     study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)

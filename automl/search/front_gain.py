@@ -68,6 +68,7 @@ def predicted_gains(
     candidates: list[tuple[FrozenTrial, dict[str, Any]]],
     cache: KernelCache | None = None,
     optimism: float = OPTIMISM,
+    feasible: list[FrozenTrial] | None = None,
 ) -> list[float]:
     """Share of the front's hypervolume each ``(parent, deployment)`` is predicted to add.
 
@@ -79,6 +80,8 @@ def predicted_gains(
         cache: Kernels of earlier choices of this study, reused and updated; None fits anew.
         optimism: Standard deviations of the predicted change by which each predicted point is
             moved toward better values.
+        feasible: The complete trials that meet the study's constraints: the front is theirs
+            (all of ``complete`` where none does, or where this is ``None``).
 
     Returns:
         One gain per candidate, 0 where the predicted point is dominated.
@@ -110,6 +113,8 @@ def predicted_gains(
     points = np.array([p.values for p in parents]) * np.array(signs) + moved
     spread = losses.max(axis=0) - losses.min(axis=0)
     reference = losses.max(axis=0) + 0.1 * np.where(spread > 0, spread, 1.0)
+    if feasible:
+        losses = np.array([t.values for t in feasible]) * np.array(signs)
     front = losses[_nondominated(losses)]
     base = compute_hypervolume(front, reference)
     points = np.minimum(points, reference)

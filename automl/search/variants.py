@@ -18,6 +18,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
+from automl.records import violated
 from automl.search.front_gain import KernelCache, predicted_gains
 
 if TYPE_CHECKING:
@@ -48,8 +49,11 @@ class VariantSampler(optuna.samplers.BaseSampler):
     variant predicted to add the most hypervolume to the front, optimistically (see
     :mod:`automl.search.front_gain`), among the untried deployments of every model with fewer than
     ``trials_per_model - 1`` variants (a model dominated where it was measured may still
-    extend the front at another batch size). Where none is predicted to add ``MIN_GAIN`` of
-    the front's hypervolume, the wrapped sampler draws a new model. Spaces whose deployments
+    extend the front at another batch size). The front is that of the feasible trials, and a
+    model that breaks a constraint no deployment repairs (on accuracy) is never redeployed: in
+    recorded trained-model studies, 2 of 15 variants went to a model 5.5 points below the
+    accuracy budget. Where none is predicted to add ``MIN_GAIN`` of the front's hypervolume,
+    the wrapped sampler draws a new model. Spaces whose deployments
     cannot be listed (a float knob, or too many) get no variants. Enqueued and retried trials
     keep their own params. Nothing is queued; a variant is claimed in its trial's system attrs,
     so that workers choosing at once do not run it twice.
@@ -62,13 +66,17 @@ class VariantSampler(optuna.samplers.BaseSampler):
         trials_per_model: int,
         startup_trials: int,
         seed: int = 0,
+        stuck: Sequence[int] = (),
     ) -> None:
-        """Wrap ``base``; ``seed`` orders the deployments tried during startup."""
+        """Wrap ``base``; ``seed`` orders the deployments tried during startup; ``stuck`` are
+        the indices of the study's constraints that no redeployment can repair (on accuracy:
+        a method or batch does not raise it), whose violators get no variant."""
         self._base = base
         self._seed = seed
         self._startup = startup_trials
         self._space = space
         self._per_model = trials_per_model
+        self._stuck = frozenset(stuck)
         self._variants: dict[int, dict[str, Any]] = {}  # trial id: its fixed params
         self._kernels = KernelCache()
 
@@ -136,18 +144,22 @@ class VariantSampler(optuna.samplers.BaseSampler):
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         per_model = Counter(t.user_attrs.get(VARIANT_OF, t.number) for t in trials)  # by parent
         taken = {frozenset(_planned(t).items()) for t in trials}
+        parents = [t for t in complete if not self._stuck & set(violated(t.system_attrs))]
         if len(complete) < self._startup:
-            return self._startup_variants(complete, per_model, taken, trial)
+            return self._startup_variants(parents, per_model, taken, trial)
         if len(complete) < 2:
             return []
         candidates = []
-        for parent in complete:
+        for parent in parents:
             if VARIANT_OF not in parent.user_attrs and per_model[parent.number] < self._per_model:
                 candidates += [(parent, params) for params in self._untried(parent, taken)]
         if not candidates:
             return []
         signs = [1 if d == StudyDirection.MINIMIZE else -1 for d in study.directions]
-        gains = predicted_gains(self._space, complete, signs, candidates, self._kernels)
+        feasible = [t for t in complete if not violated(t.system_attrs)]
+        gains = predicted_gains(
+            self._space, complete, signs, candidates, self._kernels, feasible=feasible
+        )
         order = np.argsort(gains)[::-1]
         return [candidates[i] for i in order if gains[i] > MIN_GAIN]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
+from automl.records import constraint_attrs
 from automl.search.front_gain import predicted_gains
 from automl.search.space import SEARCH_SPACES_DIR, load_space
 from automl.search.variants import MIN_GAIN, VARIANT_OF, VariantSampler
@@ -240,3 +241,33 @@ def test_a_study_resumed_on_an_edited_space_runs_new_models(tmp_path):
     study.optimize(lambda t: (0.9, float(edited.suggest(t).arch.width)), n_trials=1)
     assert study.trials[2].state == optuna.trial.TrialState.COMPLETE
     assert VARIANT_OF not in study.trials[2].user_attrs
+
+
+def _accuracy_budget_study(stuck: list[int]) -> optuna.Study:
+    """Narrow models (width < 64) break an accuracy budget that no deployment repairs."""
+    space = load_space("digits-mlp")
+    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 4, 0, stuck=stuck)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        candidate = space.suggest(trial)
+        accuracy = candidate.arch.width / 1000
+        for key, value in constraint_attrs([0.064 - accuracy]).items():
+            trial.storage.set_trial_system_attr(trial._trial_id, key, value)
+        return accuracy, math.log10(candidate.arch.width / candidate.batch_size)
+
+    study.optimize(objective, n_trials=24)
+    return study
+
+
+def test_a_model_that_breaks_a_budget_no_deployment_repairs_is_never_redeployed():
+    def parents(study: optuna.Study) -> tuple[set[int], set[int]]:
+        broken = {t.number for t in study.trials if t.params["arch.width"] < 64}
+        return broken, {
+            t.user_attrs[VARIANT_OF] for t in study.trials if VARIANT_OF in t.user_attrs
+        }
+
+    broken, redeployed = parents(_accuracy_budget_study(stuck=[0]))
+    assert broken and redeployed and not broken & redeployed
+    broken, redeployed = parents(_accuracy_budget_study(stuck=[]))
+    assert broken & redeployed  # without it, the hypervolume alone sends variants there
