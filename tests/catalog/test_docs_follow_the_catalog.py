@@ -26,3 +26,10 @@ def test_the_gpu_page_lists_each_nvidia_method_on_the_backend_that_runs_it() -> 
         for method in target.methods
     }
     assert rows == expected
+
+
+def test_the_quantization_page_lists_the_cpu_targets_methods_in_its_order() -> None:
+    page = (DOCS / "quantization.md").read_text()
+    listed = re.findall(r"^- `(?P<method>[a-z0-9-]+)`: ", page, re.M)
+    (cpu,) = (t for t in list_targets() if t.name == "cpu")
+    assert listed == list(cpu.methods)

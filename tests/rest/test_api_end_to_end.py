@@ -107,6 +107,11 @@ def test_submitted_study_runs_on_a_local_worker_and_its_model_runs_in_ort(
             detail = api_client.get(f"/v1/studies/e2e/trials/{best['number']}").json()
             assert set(detail["timings"]) >= {"train", "export", "quantize", "latency"}
             assert detail["latency_source"] == "measured"
+            for trial in front:  # a quantized trial says what quantization gained over fp32
+                quantized = api_client.get(f"/v1/studies/e2e/trials/{trial['number']}").json()
+                gain = quantized["metrics"].get("quantization_gain")
+                assert (gain is None) == (quantized["candidate"]["bits"] == 32)
+                assert gain is None or quantized["quantization"]["gain"] == gain
 
             csv_front = api_client.get("/v1/studies/e2e/pareto", headers={"Accept": "text/csv"})
             assert best["model_url"] in csv_front.text
