@@ -10,8 +10,9 @@ gains in time on the target.
   Q/DQ and layout nodes that quantization adds counted to the layer they serve (see
   :mod:`automl.pipeline.profile`).
 
-:func:`keep_order` ranks the layers for a per-layer method: first those that int8 does not
-make faster, then by sensitivity per ms gained. A trial keeps the first ``keep_fp32`` of them
+:func:`keep_order` ranks the layers for a per-layer method: first those that alone cost more
+than the study's accuracy budget, then those that int8 does not make faster, then by
+sensitivity per ms gained. A trial keeps the first ``keep_fp32`` of them
 in fp32; the figures only order the proposals, and each is measured end to end like any other.
 """
 
@@ -103,14 +104,20 @@ def layer_evidence(
     return evidence
 
 
-def keep_order(evidence: Sequence[LayerEvidence]) -> list[str]:
-    """The layers in the order a per-layer method keeps them in fp32: those that int8 makes
-    no faster first (the costliest first), then the most sensitive per ms gained."""
+def keep_order(evidence: Sequence[LayerEvidence], budget: float | None = None) -> list[str]:
+    """The layers in the order a per-layer method keeps them in fp32.
+
+    First those whose quantization alone costs more accuracy than the study's ``budget`` (its
+    ``accuracy_drop`` bound; the largest drop first), then those that int8 makes no faster (the
+    costliest first), then the most sensitive per ms gained.
+    """
 
     def priority(layer: LayerEvidence) -> tuple[int, float]:
+        if budget is not None and layer.accuracy_drop > budget:
+            return 0, -layer.accuracy_drop
         if layer.gain_ms <= 0:
-            return 0, layer.gain_ms
-        return 1, -(layer.accuracy_drop + layer.divergence) / max(layer.gain_ms, _EPSILON_MS)
+            return 1, layer.gain_ms
+        return 2, -(layer.accuracy_drop + layer.divergence) / max(layer.gain_ms, _EPSILON_MS)
 
     return [layer.name for layer in sorted(evidence, key=priority)]
 

@@ -49,7 +49,8 @@ class CachedStages:
 
     ``cache`` None computes every stage. With ``trained``, the model is the user's trained
     one, loaded instead of trained; an ONNX model's graph is taken as the export. ``target``
-    is where a per-layer method's evidence is timed.
+    is where a per-layer method's evidence is timed, and ``drop_budget`` the study's bound on
+    ``accuracy_drop``, which its order keeps within (see :func:`keep_order`).
     """
 
     candidate: Candidate
@@ -61,6 +62,7 @@ class CachedStages:
     cache: StageCache | None
     trained: TrainedModel | OnnxModel | None = None
     target: Target | None = None
+    drop_budget: float | None = None
 
     def __post_init__(self) -> None:
         c = self.candidate
@@ -93,7 +95,7 @@ class CachedStages:
             "evidence", self.export_key, self.method.cache_tag, getattr(self.target, "name", None),
             c.batch_size, c.graph_optimization,
         )  # fmt: skip
-        kept = (c.keep_fp32, self.evidence_key) if c.keep_fp32 else ()
+        kept = (c.keep_fp32, self.evidence_key, self.drop_budget) if c.keep_fp32 else ()
         self.quant_key = content_key(
             "quantize", self.prune_key, self.method.name, self.method.cache_tag, OPSET, *kept
         )
@@ -134,8 +136,8 @@ class CachedStages:
         timings.setdefault("layer_evidence", 0.0)
         with timed(timings, "layer_evidence"):
             evidence = self._evidence(fp32_path)
-        return {"evidence": evidence, "kept_fp32": keep_order(
-            [LayerEvidence(**row) for row in evidence])[:keep]}  # fmt: skip
+        order = keep_order([LayerEvidence(**row) for row in evidence], self.drop_budget)
+        return {"evidence": evidence, "kept_fp32": order[:keep]}
 
     def _evidence(self, fp32_path: Path) -> list[dict]:
         """The evidence of every layer (see :func:`layer_evidence`), from the cache or measured."""

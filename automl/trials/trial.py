@@ -90,7 +90,8 @@ def run_trial(
         threads: Torch threads for training.
         cache: Stage cache, or None to compute everything.
         constraints: The study's constraints; those on latency stop the timing of a candidate
-            once its runs prove it infeasible (see :class:`LatencyBudget`).
+            once its runs prove it infeasible (see :class:`LatencyBudget`), and one on
+            ``accuracy_drop`` orders the layers a per-layer method keeps.
         trained: The user's trained model, loaded in place of training; the unmodified model
             is then measured beside the candidate (see :mod:`automl.trials.baseline`), and
             ``speedup``, ``speedup_same_batch``, ``accuracy_drop`` and ``size_ratio``
@@ -118,7 +119,7 @@ def run_trial(
     require_present(target, [candidate.quant_method.name])
     stages = CachedStages(
         candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained,
-        target,
+        target, drop_budget(constraints),
     )  # fmt: skip
     timings = dict.fromkeys(STAGES, 0.0)
     quantized, onnx_diff, built = stages.quantized(timings)
@@ -289,6 +290,12 @@ def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[
         elif c.op == ">=" and c.metric == "throughput_sps" and c.bound > 0:  # of the median
             budgets.append(LatencyBudget(1000 * batch_size / c.bound, 0.5))
     return budgets
+
+
+def drop_budget(constraints: Sequence[Constraint]) -> float | None:
+    """The tightest bound on ``accuracy_drop`` among ``constraints``, if any."""
+    bounds = [c.bound for c in constraints if c.metric == "accuracy_drop" and c.op == "<="]
+    return min(bounds, default=None)
 
 
 def _torch_device(target: Target) -> str:

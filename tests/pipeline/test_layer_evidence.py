@@ -63,3 +63,9 @@ def test_the_mixed_method_keeps_the_named_layers_and_only_those(
             exported_models["cnn"], tmp_path / "s.onnx", "int8-static",
             calibration=digits.x_calib, keep=kept,
         )  # fmt: skip
+
+
+def test_a_layer_that_alone_breaks_the_accuracy_budget_is_kept_first() -> None:
+    rows = [_row("slower", 0.0, 1.0, 1.4), _row("costly", 0.02, 1.0, 0.1)]  # 0.02 per ms
+    assert keep_order(rows) == ["slower", "costly"]
+    assert keep_order(rows, budget=0.01) == ["costly", "slower"]  # 2 points > a 1-point budget
