@@ -78,9 +78,12 @@ def profile_graph(
 
 
 def _node_times(trace: list[dict], runs: int) -> list[NodeTime]:
-    """Mean ms per run of each node, in the order the graph ran them, after the first run."""
-    first = min((e for e in trace if e.get("name") == "model_run"), key=lambda e: e["ts"])
-    start = first["ts"] + first["dur"]
+    """Mean ms per run of each node, in the order the graph ran them, after the first run
+    (every run, where the trace marks none)."""
+    runs_seen = [e for e in trace if e.get("name") == "model_run"]
+    first = min(runs_seen, key=lambda e: e["ts"], default=None)
+    start = first["ts"] + first["dur"] if first else float("-inf")
+    runs = runs if first else runs + 1
     total: dict[str, float] = defaultdict(float)
     ops: dict[str, str] = {}
     for event in trace:
@@ -186,7 +189,7 @@ def explain_no_gain(
     parts = [f"quantized but not faster (gain {gain:.2f}×)"]
     for kind, q, f in slower:
         if q > f:
-            n = count_of(graph, kind)
+            n = _count_of(graph, kind)
             verb = "takes" if n == 1 else "take"
             parts.append(f"its {n} {kind} {verb} {q:.3g} ms a run against {f:.3g} ms in fp32")
     total = sum(n.ms for n in quantized) or 1e-12
@@ -198,7 +201,7 @@ def explain_no_gain(
     return "; ".join(parts)
 
 
-def count_of(graph: SourceGraph, kind: str) -> int:
+def _count_of(graph: SourceGraph, kind: str) -> int:
     """How many layers of ``graph`` are of ``kind``."""
     return sum(k == kind for k in graph.layers.values())
 

@@ -71,3 +71,11 @@ def test_a_graph_that_did_not_pay_is_explained_from_its_profile(profiles) -> Non
     note = explain_no_gain(profiles["graph"], profiles["int8"], profiles["fp32"], 0.8)
     assert note.startswith("quantized but not faster (gain 0.80×)")
     assert "quantize, dequantize and cast nodes take" in note
+
+
+def test_a_trace_without_run_marks_counts_every_run() -> None:
+    from automl.pipeline.profile import _node_times
+
+    event = {"cat": "Node", "name": "conv_kernel_time", "ts": 5, "dur": 3000,
+             "args": {"op_name": "Conv"}}  # fmt: skip
+    assert _node_times([event, {**event, "ts": 9}], runs=2) == [NodeTime("conv", "Conv", 2.0)]
