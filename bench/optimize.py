@@ -1,6 +1,6 @@
 """Optimizing a trained model: does the default sampler beat random search, and by how much?
 
-Run: ``.venv/bin/python -m bench.optimize [--trials 20] [--seeds 0 1 2 3 4] [--epochs 6]``.
+Run: ``.venv/bin/python -m bench.optimize [--trials 20] [--seeds 0 1 ... 9] [--epochs 6]``.
 Two models are trained on digits once and saved: a CNN (three 64-channel convs) and a
 depthwise-separable MobileNet-like net (the catalog's ``mobilenet`` family). For each model and
 seed, a study of that model on the shipped ``trained-model`` space (objectives: accuracy drop and
@@ -152,7 +152,7 @@ def per_model(parser: argparse.ArgumentParser, run, prefix: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     per_model(parser, run_model, "bench-optimize-")
 
 
