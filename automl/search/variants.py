@@ -51,8 +51,8 @@ class VariantSampler(optuna.samplers.BaseSampler):
     ``trials_per_model - 1`` variants (a model dominated where it was measured may still
     extend the front at another batch size). The front is that of the feasible trials, and a
     model that breaks a constraint no deployment repairs (on accuracy) is never redeployed: in
-    recorded trained-model studies, 2 of 15 variants went to a model 5.5 points below the
-    accuracy budget. Where none is predicted to add ``MIN_GAIN`` of the front's hypervolume,
+    a recorded trained-model study, 2 of 15 variants went to a model whose accuracy had dropped
+    5.6 points against a budget of 1. Where none is predicted to add ``MIN_GAIN`` of the front's hypervolume,
     the wrapped sampler draws a new model. Spaces whose deployments
     cannot be listed (a float knob, or too many) get no variants. Enqueued and retried trials
     keep their own params. Nothing is queued; a variant is claimed in its trial's system attrs,
