@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from automl.candidate import Candidate
-from automl.catalog import FAMILIES, legacy_bits
+from automl.catalog import FAMILIES, METHODS, get_method, legacy_bits
 from automl.errors import SpecError
 from automl.search.params import (
     FixedParam,
@@ -117,6 +117,7 @@ class SearchSpace(BaseModel):
                 legacy_bits()
             ):  # a long int range, never built
                 raise ValueError(f"parameter {name!r}: bits must be among {list(legacy_bits())}")
+        self._check_keep()
         first: dict[str, Any] = {}  # each param's first value, where its 'when' holds
         for name, param in self.params.items():
             if applies(param, first):
@@ -124,6 +125,24 @@ class SearchSpace(BaseModel):
         values = {self.params[name].sets or name: value for name, value in first.items()}
         candidate_from_values(self._arch_values(values))  # a space that cannot build fails here
         return self
+
+    def _check_keep(self) -> None:
+        """Refuse a ``keep_fp32`` that a trial can draw with a method that keeps no layers."""
+        per_layer = [m for m, entry in METHODS.items() if entry.per_layer]
+        methods = {n: p for n, p in self.params.items() if (p.sets or n) == "method"}
+        for name, param in self.params.items():
+            if (param.sets or name) != "keep_fp32" or not any(param_values(param)):
+                continue
+            when = param.when or {}
+            drawn = {str(v) for n, p in methods.items() for v in when.get(n, param_values(p))}
+            whole = sorted(m for m in drawn if not get_method(m).per_layer)
+            if not methods or whole:
+                raise ValueError(
+                    f"parameter {name!r}: keep_fp32 applies to per-layer methods only "
+                    f"({per_layer}), and a trial can draw it with "
+                    f"{whole or 'a bit-width (a whole-graph method)'}: name the method knob, "
+                    "and give keep_fp32 'when: {method: [int8-mixed]}'"
+                )
 
     def candidate_keys(self) -> list[str]:
         """The candidate keys the params set, in order."""

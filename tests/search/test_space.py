@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import optuna
 import pytest
 
@@ -172,3 +174,23 @@ def test_a_serving_space_gives_its_scenario_and_times_isolated_latency_at_max_ba
         with_scenario(parse_spec({}), bare)
     candidate = candidate_from_values({"arch.family": "mlp", "serving.max_batch": 8})
     assert candidate.batch_size == 8 and candidate.serving.max_batch == 8
+
+
+@pytest.mark.parametrize(
+    ("params", "refused"),
+    [
+        ("  method: {type: categorical, choices: [int8-mixed, int8-static]}\n"
+         "  keep_fp32: {type: int, low: 1, high: 3}\n", "['int8-static']"),
+        ("  bits: {type: categorical, choices: [32, 8]}\n"
+         "  keep_fp32: {type: int, low: 1, high: 3}\n", "a bit-width"),
+    ],
+)  # fmt: skip
+def test_keep_fp32_that_a_whole_graph_method_could_draw_is_refused_at_load(
+    tmp_path, params, refused
+):
+    path = _write(tmp_path, params)
+    with pytest.raises(SpecError, match=re.escape(refused)):
+        load_space(str(path))
+    conditional = params.replace("high: 3}", "high: 3, when: {method: [int8-mixed]}}")
+    if "method" in params:  # with its 'when', the same space loads
+        assert load_space(str(_write(tmp_path, conditional))).params["keep_fp32"].when
