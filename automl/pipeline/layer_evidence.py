@@ -29,6 +29,7 @@ from automl.catalog import get_method
 from automl.catalog.methods import pre_process
 from automl.pipeline._ort import feed, input_dtype, input_name, make_session
 from automl.pipeline.profile import SourceGraph, layer_times, profile_graph
+from automl.pipeline.quantize import graph_input_dtype
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,7 +77,7 @@ def layer_evidence(
     with tempfile.TemporaryDirectory(prefix="automl-layers-") as tmp:
         source = pre_process(fp32_path, Path(tmp) / "fp32.onnx")
         graph = SourceGraph(source)
-        calibration = feed(data.x_calib, _dtype(source))
+        calibration = feed(data.x_calib, graph_input_dtype(source))
         full = Path(tmp) / "int8.onnx"
         chosen.convert(source, full, calibration)
         times = [
@@ -120,10 +121,6 @@ def keep_order(evidence: Sequence[LayerEvidence], budget: float | None = None) -
         return 2, -(layer.accuracy_drop + layer.divergence) / max(layer.gain_ms, _EPSILON_MS)
 
     return [layer.name for layer in sorted(evidence, key=priority)]
-
-
-def _dtype(path: Path) -> type:
-    return input_dtype(make_session(path, ["CPUExecutionProvider"], 1))
 
 
 def _probabilities(path: Path, x: np.ndarray) -> np.ndarray:

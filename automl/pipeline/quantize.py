@@ -122,7 +122,7 @@ def quantize_method(
             raise SpecError(
                 f"calibration must be a non-empty (N, *input_shape) array, not {calibration.shape}"
             )
-        calibration = feed(calibration, _input_dtype(src))
+        calibration = feed(calibration, graph_input_dtype(src))
     dst.parent.mkdir(parents=True, exist_ok=True)
     if keep:
         chosen.convert_layers(src, dst, calibration, keep=keep)
@@ -135,7 +135,7 @@ def quantize_method(
     )
 
 
-def _input_dtype(path: Path) -> type:
+def graph_input_dtype(path: Path) -> type:
     """The numpy dtype of the graph's input (float32 for features, int64 for token ids)."""
     graph = onnx.load(str(path), load_external_data=False).graph
     weights = {i.name for i in graph.initializer}

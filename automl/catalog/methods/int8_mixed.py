@@ -25,9 +25,6 @@ class Int8Mixed(Int8Static):
     legacy = None
     per_layer = True
 
-    def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
-        self.convert_layers(src, dst, calibration)
-
     def convert_layers(
         self,
         src: Path,
