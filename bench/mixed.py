@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from automl.inputs.data import load_dataset
+from automl.inputs.data import Dataset, load_dataset
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import export_onnx
 from automl.pipeline.latency import measure_latency
@@ -32,11 +32,12 @@ from automl.targets import load_target
 from bench.optimize import MODELS, per_model
 
 
-def graphs(name: str, tmp: Path, epochs: int, batch: int) -> dict[str, tuple[Path, str]]:
+def graphs(
+    name: str, data: Dataset, tmp: Path, epochs: int, batch: int
+) -> dict[str, tuple[Path, str]]:
     """The fp32, int8 and mixed graphs of model ``name``: label → (path, method)."""
     from automl.candidate import TrainConfig
 
-    data = load_dataset("digits")
     torch.manual_seed(0)
     model = train(MODELS[name](), data, TrainConfig(epochs=epochs)).model
     fp32 = export_onnx(model, data.x_test[:64], tmp / f"{name}-fp32.onnx").path
@@ -52,9 +53,8 @@ def graphs(name: str, tmp: Path, epochs: int, batch: int) -> dict[str, tuple[Pat
     return built
 
 
-def accuracy(path: Path, method: str) -> float:
+def accuracy(path: Path, method: str, data: Dataset) -> float:
     """Accuracy on the validation and test splits together, on the CPU target."""
-    data = load_dataset("digits")
     x = np.concatenate([data.x_val, data.x_test])
     y = np.concatenate([data.y_val, data.y_test])
     session = backend_session(path, load_target("cpu"), method)
@@ -63,14 +63,15 @@ def accuracy(path: Path, method: str) -> float:
 
 def run_model(name: str, tmp: Path, args: argparse.Namespace) -> None:
     """The table and summary of one model."""
-    built = graphs(name, tmp, args.epochs, args.batch)
-    cpu, x = load_target("cpu"), load_dataset("digits").x_test
+    data = load_dataset("digits")
+    built = graphs(name, data, tmp, args.epochs, args.batch)
+    cpu, x = load_target("cpu"), data.x_test
     times: dict[str, list[float]] = {label: [] for label in built}
     for _ in range(args.rounds):
         for label, (path, method) in built.items():
             latency = measure_latency(path, cpu, x, args.batch, method=method)
             times[label].append(latency.per_sample_ms)
-    accuracies = {label: accuracy(path, method) for label, (path, method) in built.items()}
+    accuracies = {label: accuracy(path, m, data) for label, (path, m) in built.items()}
     median = {label: statistics.median(t) for label, t in times.items()}
     int8_speedup = median["fp32"] / median["int8-static"]
     print(f"\n## {name}: batch {args.batch}, {args.rounds} rounds\n")
