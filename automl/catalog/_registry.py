@@ -11,6 +11,7 @@ runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -230,6 +231,11 @@ class Family(_Entry):
         """The head count of each attention projection of ``model`` that pruning must keep
         whole (torch-pruning's ``num_heads``); none by default."""
         return {}
+
+    def space_problem(self, values_of: Callable[[str], list]) -> str | None:
+        """What is wrong with the knob values a space can suggest for this family, with the
+        fix, or None; ``values_of(key)`` lists a space key's values (empty when unset)."""
+        return None
 
 
 def input_layout(shape: tuple[int, ...], tokens: bool) -> str:

@@ -44,19 +44,17 @@ def check_compatible(space: SearchSpace, data: Dataset, target: Target) -> None:
 
     Raises:
         SpecError: A family of the space cannot take the data's inputs, a user-written family
-            fails to build, prune or export, transformer widths do not divide into heads, or
+            fails to build, prune or export, a family's knob values do not fit together, or
             the space suggests a method the target does not run.
     """
     check_target(space, target)
     for family in families(space):
         if family in FAMILIES:
-            problem = input_problem(family, data)
+            problem = input_problem(family, data) or FAMILIES[family].space_problem(space.values_of)
             if problem:
                 raise SpecError(f"search space {space.name!r}: {problem}")
         else:
             _dry_run(_user_arch(space, family), space, data)
-    if "transformer" in families(space):
-        _check_heads(space)
 
 
 def check_target(space: SearchSpace, target: Target) -> None:
@@ -132,19 +130,6 @@ def input_problem(family: str, data: Dataset) -> str | None:
         f"family {family!r} needs {FAMILIES[family].needs}; the data has {data.input_dtype} samples of "
         f"shape {shape}: use one of {fitting}{hint}"
     )
-
-
-def _check_heads(space: SearchSpace) -> None:
-    """Every transformer width the space suggests must split into every heads value."""
-    widths = space.values_of("arch.width") or [32]
-    heads = space.values_of("arch.heads") or [4]
-    bad = next(((w, h) for w in widths for h in heads if int(w) % int(h)), None)
-    if bad:
-        raise SpecError(
-            f"search space {space.name!r}: family 'transformer' needs widths (d_model) that "
-            f"every heads value divides, and width {bad[0]} does not split into {bad[1]} "
-            f"heads: choose widths that are multiples of {sorted({int(h) for h in heads})}"
-        )
 
 
 def _user_arch(space: SearchSpace, family: str) -> ArchConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -37,3 +38,16 @@ class Transformer(Family):
         from automl.catalog.families._transformer_net import attention_heads
 
         return attention_heads(model)
+
+    def space_problem(self, values_of: Callable[[str], list]) -> str | None:
+        """Every width (d_model) the space suggests must split into every heads value."""
+        widths = values_of("arch.width") or [self.example["width"]]
+        heads = values_of("arch.heads") or [self.example["heads"]]
+        bad = next(((w, h) for w in widths for h in heads if int(w) % int(h)), None)
+        if bad is None:
+            return None
+        return (
+            f"family 'transformer' needs widths (d_model) that every heads value divides, and "
+            f"width {bad[0]} does not split into {bad[1]} heads: choose widths that are "
+            f"multiples of {sorted({int(h) for h in heads})}"
+        )
