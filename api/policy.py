@@ -6,7 +6,6 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from api.errors import ApiError
-from api.model_check import check_model
 from automl.inputs.data import BUILTIN_DATASETS
 from automl.search.space import list_spaces
 from automl.search.spec import parse_spec
@@ -29,8 +28,6 @@ def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
     :func:`public_spec` shows it as it was given). A spec without ``n_trials`` gets the cap,
     so that no study runs unbounded.
 
-    A trained model is checked too (see :func:`api.model_check.check_model`).
-
     Raises:
         ApiError: 422 naming the field that breaks the policy.
     """
@@ -51,10 +48,7 @@ def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
         values["dataset_name"] = spec.dataset_name or spec.dataset  # as given, never the root
     if spec.model is not None:
         values["model"] = _trained_model(spec.model.model_dump(), settings)
-    checked = parse_spec(values)
-    if checked.model is not None:
-        check_model(checked, settings)
-    return checked
+    return parse_spec(values)
 
 
 def _trained_model(model: dict, settings: Settings) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
@@ -17,6 +18,7 @@ from api.deps import (
     StorageDep,
     StudyName,
 )
+from api.model_check import check_model
 from api.policy import check_spec
 from api.rendering import API_MODEL_HREF, JsonBytes, front_csv
 from api.schemas import ErrorOut, ParetoOut, StudyOut, StudyPage
@@ -54,8 +56,10 @@ def submit(
     A key is remembered for ``AUTOML_IDEMPOTENCY_KEY_TTL_S`` (a day by default); the same key
     with another request is refused with 422.
     """
+
+    checks = [partial(check_model, settings=settings)] if spec.model is not None else []
     name, created = submit_study(
-        check_spec(spec, settings), storage,
+        check_spec(spec, settings), storage, checks=checks,
         name_given="name" in spec.model_fields_set, idempotency_key=idempotency_key,
         key_ttl_s=settings.idempotency_key_ttl_s, data_root=settings.data_root,
     )  # fmt: skip

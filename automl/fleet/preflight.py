@@ -1,19 +1,21 @@
 """What runs before a study's first trial, for every way in: the CLI, the Python API, a worker.
 
-:func:`prepare_studies` checks, in this order, that a target can be measured here, that a
-user's trained model scores above chance, that the load harness of a serving study is quick
-enough for its SLO, that the tracking store answers, and only then creates the studies (or
-resumes them), so that a refused input leaves no study behind.
+:func:`prepare_studies` checks, in this order, that a target can be measured here, that the
+tracking store answers, that a user's trained model scores above chance and that the load
+harness of a serving study is quick enough for its SLO, and only then creates the studies (or
+resumes them), through the one pre-flight of :mod:`automl.service.preflight`.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from automl.errors import SpecError
 from automl.fleet.tracking import tracker
 from automl.search.compat import study_methods
 from automl.search.space import load_space, with_scenario
+from automl.service.preflight import preflight
 from automl.service.studies import create_study, retry_failed
 from automl.targets import is_present, load_target, require_present
 from automl.trials.model_check import check_study_model
@@ -53,19 +55,23 @@ def prepare_studies(
         SpecError: The tracking store cannot be opened, or a spec is refused.
     """
     runnable = [s for s in specs if is_present(load_target(s.target), methods=study_methods(s))]
-    if not detach:
-        if not runnable:
-            require_present(load_target(specs[0].target), study_methods(specs[0]))
-        for spec in runnable:
-            tracker(tracking_uri, spec)
-        for spec in specs:
-            check_study_model(spec)
-            check_harness(spec)
-    for spec in specs:
+    if not detach and not runnable:
+        require_present(load_target(specs[0].target), study_methods(specs[0]))
+    checks = (partial(_track, tracking_uri, runnable), check_study_model, check_harness)
+
+    def create(spec: StudySpec) -> None:
         create_study(spec, store, check_data=not detach)
         if forgive_failures:
             retry_failed(spec.name, store)
+
+    preflight(specs, () if detach else checks, create)
     return runnable
+
+
+def _track(tracking_uri: str | None, runnable: Sequence[StudySpec], spec: StudySpec) -> None:
+    """Open the tracking experiment of ``spec`` where it runs here."""
+    if spec in runnable:
+        tracker(tracking_uri, spec)
 
 
 # The harness's own p99 may be at most this share of a serving study's SLO.

@@ -12,6 +12,7 @@ import hashlib
 import json
 import time
 import uuid
+from functools import partial
 from typing import TYPE_CHECKING
 
 import optuna
@@ -19,10 +20,12 @@ import optuna
 from automl.errors import AutomlError
 from automl.records import DATA_ROOT_ATTR, SPEC_ATTR
 from automl.search.spec import parse_spec
+from automl.service.preflight import preflight
 from automl.service.studies import create_study
 from automl.storage.idempotency import claim_key, release_key
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from optuna.storages import BaseStorage
@@ -49,6 +52,7 @@ def submit_study(
     idempotency_key: str | None,
     key_ttl_s: float = 24 * 3600,
     data_root: Path | None = None,
+    checks: Sequence[Callable[[StudySpec], object]] = (),
 ) -> tuple[str, bool]:
     """Create a study for a remote submission, or find the one this submission made before.
 
@@ -65,6 +69,8 @@ def submit_study(
         key_ttl_s: How long a key is remembered.
         data_root: The folder the spec's files must lie under, when the workers read them
             too (a link swapped after the submission is refused there).
+        checks: What must pass before the study is created (see
+            :func:`automl.service.preflight.preflight`), such as the trained model's check.
 
     Returns:
         The study's name, and whether this call created it.
@@ -74,6 +80,24 @@ def submit_study(
         KeyReused: The key came before with a different request.
         SpecError: The space, target or dataset is invalid.
     """
+    submit = partial(
+        _submit, storage=storage, name_given=name_given, idempotency_key=idempotency_key,
+        key_ttl_s=key_ttl_s, data_root=data_root,
+    )  # fmt: skip
+    [outcome] = preflight([spec], checks, submit)
+    return outcome
+
+
+def _submit(
+    spec: StudySpec,
+    *,
+    storage: BaseStorage,
+    name_given: bool,
+    idempotency_key: str | None,
+    key_ttl_s: float,
+    data_root: Path | None,
+) -> tuple[str, bool]:
+    """:func:`submit_study` once its checks have passed."""
     key_hash = _sha256(idempotency_key) if idempotency_key else None
     if not name_given:
         suffix = key_hash[:12] if key_hash else uuid.uuid4().hex[:12]
