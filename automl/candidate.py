@@ -169,8 +169,9 @@ GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 class Candidate:
     """Architecture, pruning ratio, quantization, serving batch size and training settings.
 
-    The quantization method is named by ``method`` (see :data:`automl.catalog.METHODS`), or by
-    the older pair ``bits`` and ``int8_mode``; a named method sets ``bits`` to its own.
+    The quantization method is named by ``method`` (see :data:`automl.catalog.METHODS`); the
+    older pair ``bits`` and ``int8_mode`` is translated to it by :meth:`from_dict`, the one way
+    in from spaces and stored trials.
     ``arch`` is None for a trained model (the study's ``model``), which is loaded, not trained.
     The fine-tune after pruning runs at ``finetune_lr`` (default: a third of ``train.lr``) and,
     with ``kd_alpha`` > 0, distils the unpruned model's logits at ``kd_temperature``.
@@ -182,12 +183,10 @@ class Candidate:
 
     arch: ArchConfig | None
     pruning_ratio: float = 0.0
-    bits: int = 32
-    int8_mode: str = "static"
     batch_size: int = 1
     train: TrainConfig = field(default_factory=TrainConfig)
     finetune_epochs: int = 3
-    method: str | None = None
+    method: str = "fp32"
     finetune_lr: float | None = None
     kd_alpha: float = 0.0
     kd_temperature: float = 4.0
@@ -201,12 +200,7 @@ class Candidate:
                 f"graph_optimization must be one of {list(GRAPH_OPTIMIZATIONS)}, got "
                 f"{self.graph_optimization!r}"
             )
-        if self.method is not None:
-            object.__setattr__(self, "bits", get_method(self.method).bits)
-        if self.bits not in legacy_bits():
-            raise SpecError(f"bits must be one of {list(legacy_bits())}, got {self.bits}")
-        if self.int8_mode not in INT8_MODES:
-            raise SpecError(f"int8_mode must be one of {list(INT8_MODES)}, got {self.int8_mode!r}")
+        get_method(self.method)  # an unknown name is refused, with the known ones
         if self.batch_size < 1:
             raise SpecError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.keep_fp32 < 0 or (self.keep_fp32 and not self.quant_method.per_layer):
@@ -227,22 +221,49 @@ class Candidate:
 
     @property
     def quant_method(self) -> Method:
-        """The quantization method: the named one, or the one of ``bits`` and ``int8_mode``."""
-        if self.method is not None:
-            return get_method(self.method)
-        return method_for(self.bits, self.int8_mode)
+        """The quantization method."""
+        return get_method(self.method)
+
+    @property
+    def bits(self) -> int:
+        """The method's bit-width (32 for fp32)."""
+        return self.quant_method.bits
 
     def as_dict(self) -> dict:
-        """Plain JSON-able form."""
-        return asdict(self)
+        """Plain JSON-able form, with the method's ``bits`` for readers."""
+        return {**asdict(self), "bits": self.bits}
 
     @classmethod
     def from_dict(cls, values: dict) -> Candidate:
-        """Inverse of :meth:`as_dict`."""
+        """Inverse of :meth:`as_dict`; the older ``bits`` and ``int8_mode`` become ``method``.
+
+        Raises:
+            SpecError: An unknown method, or bits or int8_mode outside the old form.
+        """
         values = dict(values)
+        values["method"] = method_of(values)
+        values.pop("bits", None)
+        values.pop("int8_mode", None)
         arch_values = values.pop("arch", None)
         arch = ArchConfig(**arch_values) if arch_values else None
         train = TrainConfig(**values.pop("train", {}))
         serving = values.pop("serving", None)
         batching = Batching(**serving) if serving else None
         return cls(arch=arch, train=train, serving=batching, **values)
+
+
+def method_of(values: dict) -> str:
+    """The method of a candidate's values (flat or stored): ``method``, or the one that the
+    older ``bits`` and ``int8_mode`` name. The one place the old form becomes a method.
+
+    Raises:
+        SpecError: bits or int8_mode outside the old form.
+    """
+    if values.get("method") is not None:
+        return values["method"]
+    bits, int8_mode = values.get("bits", 32), values.get("int8_mode") or "static"
+    if bits not in legacy_bits():
+        raise SpecError(f"bits must be one of {list(legacy_bits())}, got {bits}")
+    if int8_mode not in INT8_MODES:
+        raise SpecError(f"int8_mode must be one of {list(INT8_MODES)}, got {int8_mode!r}")
+    return method_for(bits, int8_mode).name

@@ -22,7 +22,7 @@ from automl.trials.trial import run_trial
 ROWS = {
     "digits cnn w32 d2 prune0.3 int8-static b32": (
         "digits",
-        Candidate(ArchConfig("cnn", 32, 2), pruning_ratio=0.3, bits=8, batch_size=32),
+        Candidate(ArchConfig("cnn", 32, 2), pruning_ratio=0.3, method="int8-static", batch_size=32),
     ),
     "digits mlp w64 d2 prune0.3 fp32 b1": (
         "digits",

@@ -127,12 +127,10 @@ def describe(record: dict) -> str:
     candidate = record.get("user_attrs", {}).get("candidate")
     if candidate is None:
         return ", ".join(f"{k}={v}" for k, v in record["params"].items())
-    from automl.catalog import method_for
+    from automl.candidate import method_of
 
     arch = candidate["arch"]
-    precision = (
-        candidate.get("method") or method_for(candidate["bits"], candidate["int8_mode"]).name
-    )
+    precision = method_of(candidate)
     model = f"{arch['family']} w{arch['width']} d{arch['depth']} " if arch else ""
     level = candidate.get("graph_optimization", "all")
     graph = f" graph-opt {level}" if level != "all" else ""

@@ -6,13 +6,15 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from automl.candidate import Candidate
 from automl.service.read import pareto_front
 from automl.service.studies import load
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
-KNOBS = ("arch.family", "bits", "int8_mode", "batch_size")
+# The knobs whose values a front's candidates are counted by.
+KNOBS = ("family", "method", "batch_size")
 _SHOWN = ("accuracy", "latency_per_sample_ms", "latency_p99_ms")
 
 
@@ -56,10 +58,14 @@ def _trials_by_params(name: str, storage: BaseStorage) -> dict[str, dict]:
 
 
 def _knob_counts(front: list[dict]) -> dict[str, dict[str, int]]:
-    return {
-        knob: dict(Counter(str(t["params"][knob]) for t in front if knob in t["params"]))
-        for knob in KNOBS
+    """How many of the front's candidates take each value of each of :data:`KNOBS`."""
+    candidates = [Candidate.from_dict(t["user_attrs"]["candidate"]) for t in front]
+    values = {
+        "family": [c.arch.family if c.arch else "trained model" for c in candidates],
+        "method": [c.method for c in candidates],
+        "batch_size": [c.batch_size for c in candidates],
     }
+    return {knob: dict(Counter(map(str, values[knob]))) for knob in KNOBS}
 
 
 def _key(params: dict) -> str:

@@ -45,7 +45,7 @@ class BaselineFigures:
 def baseline_candidate(candidate: Candidate, batch_size: int) -> Candidate:
     """The unmodified model, deployed as the trial's baseline at ``batch_size``."""
     return replace(
-        candidate, pruning_ratio=0.0, method="fp32", bits=32, int8_mode="static", keep_fp32=0,
+        candidate, pruning_ratio=0.0, method="fp32", keep_fp32=0,
         batch_size=batch_size, finetune_epochs=0, finetune_lr=None, kd_alpha=0.0,
         graph_optimization="all",
     )  # fmt: skip

@@ -234,6 +234,8 @@ def test_one_spec_on_two_targets_and_compare(cli):
     }
     on_front = [name for row in comparison["candidates"] for name in row["fronts"]]
     assert {name: on_front.count(name) for name in fronts} == fronts
+    methods = {name: sum(knobs["method"].values()) for name, knobs in comparison["knobs"].items()}
+    assert methods == fronts  # every front candidate counted once by its method
 
 
 def test_a_study_that_fails_exits_1_and_resumes_with_retry_failed(cli):

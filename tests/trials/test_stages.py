@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import onnx
 import pytest
 
@@ -19,7 +21,9 @@ from automl.trials.trial import run_trial
 )
 def test_an_unreadable_quantize_entry_is_recomputed(digits, tmp_path, text):
     cache = StageCache(tmp_path / "cache", max_bytes=10**9)
-    candidate = Candidate(ArchConfig("mlp", 16, 1), pruning_ratio=0.0, bits=8, batch_size=8)
+    candidate = Candidate(
+        ArchConfig("mlp", 16, 1), pruning_ratio=0.0, method="int8-static", batch_size=8
+    )
     first = run_trial(candidate, load_target("cpu"), digits, tmp_path / "a", cache=cache)
     (meta,) = (tmp_path / "cache").glob("quantize-*.json")
     meta.write_text(text)  # e.g. cut short on a full disk
@@ -33,11 +37,11 @@ def _model_metrics(outcome) -> dict:
     return {k: v for k, v in outcome.metrics.items() if "latency" not in k and k not in timed}
 
 
-@pytest.mark.parametrize("bits", [32, 8])
-def test_trials_reuse_cached_stages_with_identical_results(digits, tmp_path, bits):
+@pytest.mark.parametrize("method", ["fp32", "int8-static"])
+def test_trials_reuse_cached_stages_with_identical_results(digits, tmp_path, method):
     cache = StageCache(tmp_path / "cache", max_bytes=10**9)
     target = load_target("cpu")
-    candidate = Candidate(ArchConfig("cnn", 16, 2), pruning_ratio=0.3, bits=bits, batch_size=8)
+    candidate = Candidate(ArchConfig("cnn", 16, 2), pruning_ratio=0.3, method=method, batch_size=8)
 
     def run(c, name):
         return run_trial(c, target, digits, tmp_path / name, cache=cache)
@@ -51,7 +55,7 @@ def test_trials_reuse_cached_stages_with_identical_results(digits, tmp_path, bit
     assert again.history == first.history
     assert again.artifact.read_bytes() == first.artifact.read_bytes()
 
-    other_bits = run(Candidate(**{**candidate.__dict__, "bits": 16}), "f")
+    other_bits = run(replace(candidate, method="fp16"), "f")
     assert other_bits.reused == {"train": True, "prune": True, "export": True, "quantize": False}
     assert other_bits.timings["train"] == other_bits.timings["prune"] == 0
     assert other_bits.metrics["macs"] == first.metrics["macs"]
@@ -70,7 +74,7 @@ def test_trials_reuse_cached_stages_with_identical_results(digits, tmp_path, bit
 
 @pytest.mark.parametrize("ratio", [0.0, 0.3])
 def test_weights_trained_on_another_device_are_other_entries(digits, tmp_path, ratio):
-    candidate = Candidate(ArchConfig("mlp", 16, 1), pruning_ratio=ratio, bits=32, batch_size=8)
+    candidate = Candidate(ArchConfig("mlp", 16, 1), pruning_ratio=ratio, batch_size=8)
 
     def stages(device: str) -> CachedStages:
         return CachedStages(candidate, digits, tmp_path, 0, 1, device, cache=None)
