@@ -11,11 +11,15 @@ runs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from automl.errors import SpecError, UnsupportedQuantization
+
+# A Sphinx role in a docstring (":mod:`x`"), shown as plain "`x`".
+_ROLE = re.compile(r":[a-z]+:(`[^`]+`)")
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -59,8 +63,9 @@ class _Entry:
 
     @property
     def description(self) -> str:
-        """The entry's docstring: what it does, in a sentence or two."""
-        return " ".join((type(self).__doc__ or "").split())
+        """The entry's docstring, as plain text: what it does, in a sentence or two."""
+        text = " ".join((type(self).__doc__ or "").split())
+        return _ROLE.sub(r"\1", text).replace("``", "`")
 
 
 class Method(_Entry):

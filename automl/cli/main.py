@@ -62,6 +62,25 @@ def targets_cmd(as_json: JsonOpt = False) -> None:
         console.print(targets_table(rows))
 
 
+@app.command("methods")
+def methods_cmd(as_json: JsonOpt = False) -> None:
+    """List the quantization methods of the catalog, with the targets that run them."""
+    from automl.catalog import METHODS
+    from automl.report.tables import methods_table
+    from automl.targets import list_targets
+
+    offered = {m: [t.name for t in list_targets() if m in t.methods] for m in METHODS}
+    if as_json:
+        rows = [
+            {"name": m.name, "bits": m.bits, "backends": list(m.backends),
+             "targets": offered[m.name], "description": m.description}
+            for m in METHODS.values()
+        ]  # fmt: skip
+        print_json(rows)
+    else:
+        console.print(methods_table(list(METHODS.values()), offered))
+
+
 @app.command("spaces")
 def spaces_cmd(as_json: JsonOpt = False) -> None:
     """List the shipped search spaces, one line each."""

@@ -12,6 +12,7 @@ from rich.table import Table
 from automl.records import front_columns
 
 if TYPE_CHECKING:
+    from automl.catalog import Method
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.service.studies import StudyInfo
@@ -32,6 +33,20 @@ def targets_table(rows: list[tuple[Target, bool]]) -> Table:
             ", ".join(str(b) for b in target.precisions),
             target.description,
         )
+    return table
+
+
+def methods_table(methods: list[Method], offered: dict[str, list[str]]) -> Table:
+    """The catalog's quantization methods: bits, backends, the targets that run each, and
+    what each does."""
+    table = Table(title="Quantization methods")
+    for column in ("name", "bits", "backends", "targets", "description"):
+        table.add_column(column)
+    for method in methods:
+        table.add_row(
+            method.name, str(method.bits), ", ".join(method.backends),
+            ", ".join(offered[method.name]) or "[dim]none[/]", method.description,
+        )  # fmt: skip
     return table
 
 

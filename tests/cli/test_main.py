@@ -17,7 +17,7 @@ def test_help_does_not_import_torch():
 
 def test_help_lists_the_commands_the_study_group_and_plugins(cli):
     top = cli("--help").stdout
-    for name in ("targets", "worker", "dashboard", "serve", "study"):
+    for name in ("targets", "methods", "worker", "dashboard", "serve", "study"):
         assert f"\n  {name} " in top, top
     study = cli("study", "--help").stdout
     for name in ("start", "list", "show", "pareto", "export", "compare", "report", "stop"):
@@ -40,6 +40,22 @@ def test_spaces_lists_every_shipped_space_one_line_each(cli):
     assert {s["name"] for s in listed} == set(list_spaces()) and all(
         s["description"] for s in listed
     )
+
+
+def test_methods_lists_the_catalog_with_the_targets_that_run_each(cli):
+    from automl.catalog import METHODS
+    from automl.targets import load_target
+
+    listed = json.loads(cli("methods", "--json").stdout)
+    assert [m["name"] for m in listed] == list(METHODS)
+    by_name = {m["name"]: m for m in listed}
+    assert (
+        "cpu" in by_name["int8-mixed"]["targets"] and "a100" not in by_name["int8-mixed"]["targets"]
+    )
+    for method in load_target("h100").methods:
+        assert "h100" in by_name[method]["targets"]
+    assert all(m["description"] and ":mod:" not in m["description"] for m in listed)
+    assert "int8-mixed" in cli("methods").stdout
 
 
 @pytest.mark.parametrize("command", ["", "study", "study start", "study export", "worker", "serve"])
