@@ -64,7 +64,7 @@ def targets_cmd(as_json: JsonOpt = False) -> None:
 
 @app.command("methods")
 def methods_cmd(as_json: JsonOpt = False) -> None:
-    """List the quantization methods of the catalog, with the targets that run them."""
+    """List the quantization methods and the targets that run them."""
     from automl.catalog import METHODS
     from automl.report.tables import methods_table
     from automl.targets import list_targets
