@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from automl.errors import DataError
 from automl.inputs._checks import (
@@ -210,6 +209,8 @@ def _plugin(source: str) -> dict[str, np.ndarray]:
 
 
 def _split(x: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> list[np.ndarray]:
+    from sklearn.model_selection import train_test_split  # scikit-learn takes ~1 s to import
+
     try:
         return train_test_split(x, y, test_size=fraction, random_state=seed, stratify=y)
     except ValueError:  # a class with a single sample cannot be stratified
