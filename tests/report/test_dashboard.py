@@ -16,6 +16,9 @@ from conftest import FEASIBLE_AND_INFEASIBLE, SIZE_BUDGET, run_cli_study
 from automl.records import BASELINE_METRICS, METRICS, SERVING_METRICS
 from automl.report.dashboard import exposure_warning, is_loopback
 
+# Its module fixtures run studies: one process runs all its tests, so they run once.
+pytestmark = pytest.mark.xdist_group("test_dashboard")
+
 NAME = "dash"
 SPEC = {
     "name": NAME,

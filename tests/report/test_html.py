@@ -18,6 +18,9 @@ from automl.report.html import FRONT_DATA_ID, latency_metric, write_report
 from automl.service.read import pareto_front
 from automl.service.studies import load
 
+# Its module fixtures run studies: one process runs all its tests, so they run once.
+pytestmark = pytest.mark.xdist_group("test_html")
+
 NAME = "rep"
 REASON = "RuntimeError: <b>export failed</b> & <script>alert(1)</script>"
 SPEC = {

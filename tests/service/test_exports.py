@@ -23,6 +23,9 @@ from automl.service.exports import METADATA_FIELDS, METADATA_PREFIX, export_mode
 from automl.service.read import pareto_front
 from automl.trials.decide import pick_trial
 
+# Its module fixtures run studies: one process runs all its tests, so they run once.
+pytestmark = pytest.mark.xdist_group("test_exports")
+
 NAME = "ex"
 ORT_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)"}
 # One trial per precision; int8 dynamic at batch 32, where its scales depend on the batch.
