@@ -109,14 +109,16 @@ def start(
         "model": _trained(model, weights, output_layer, model_output),
     }  # fmt: skip
     try:
-        from automl.fleet.local import run_here
-        from automl.fleet.preflight import prepare_studies
-
         store = open_cli_storage(storage) if _names_a_study(spec_file, target, overrides) else None
         specs = store and _stored_spec(store, overrides)
         specs = specs or _specs_per_target(spec_file, target, overrides)
         store = store or open_cli_storage(storage)
         tracking = _tracking_uri(mlflow_uri)
+        from automl.fleet.preflight import prepare_studies  # after the spec is found valid
+
+        if not detach:  # torch and the study loop: only where trials run
+            from automl.fleet.local import run_here
+
         runnable = prepare_studies(
             specs, store, detach=detach, forgive_failures=retry_failed, tracking_uri=tracking
         )

@@ -18,7 +18,6 @@ from automl.search.space import load_space, with_scenario
 from automl.service.preflight import preflight
 from automl.service.studies import create_study, retry_failed
 from automl.targets import is_present, load_target, require_present
-from automl.trials.model_check import check_study_model
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,16 +54,20 @@ def prepare_studies(
         SpecError: The tracking store cannot be opened, or a spec is refused.
     """
     runnable = [s for s in specs if is_present(load_target(s.target), methods=study_methods(s))]
-    if not detach and not runnable:
-        require_present(load_target(specs[0].target), study_methods(specs[0]))
-    checks = (partial(_track, tracking_uri, runnable), check_study_model, check_harness)
+    checks: tuple = ()
+    if not detach:
+        from automl.trials.model_check import check_study_model  # imports torch
+
+        if not runnable:
+            require_present(load_target(specs[0].target), study_methods(specs[0]))
+        checks = (partial(_track, tracking_uri, runnable), check_study_model, check_harness)
 
     def create(spec: StudySpec) -> None:
         create_study(spec, store, check_data=not detach)
         if forgive_failures:
             retry_failed(spec.name, store)
 
-    preflight(specs, () if detach else checks, create)
+    preflight(specs, checks, create)
     return runnable
 
 
