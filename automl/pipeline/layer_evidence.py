@@ -123,6 +123,12 @@ def keep_order(evidence: Sequence[LayerEvidence], budget: float | None = None) -
     return [layer.name for layer in sorted(evidence, key=priority)]
 
 
+def graph_accuracy(path: Path, data: Dataset) -> float:
+    """The graph's accuracy on the validation split (the split ``accuracy`` is measured on),
+    on the CPU."""
+    return _accuracy(_probabilities(path, data.x_val), data.y_val)
+
+
 def _probabilities(path: Path, x: np.ndarray) -> np.ndarray:
     """Softmax of the graph's outputs on ``x``, on the CPU."""
     session = make_session(path, ["CPUExecutionProvider"], 1)

@@ -24,7 +24,12 @@ from automl.errors import SpecError
 from automl.inputs.onnx_model import OnnxModel
 from automl.models import build_model
 from automl.pipeline.export import OPSET, ExportResult, export_onnx
-from automl.pipeline.layer_evidence import LayerEvidence, keep_order, layer_evidence
+from automl.pipeline.layer_evidence import (
+    LayerEvidence,
+    graph_accuracy,
+    keep_order,
+    layer_evidence,
+)
 from automl.pipeline.prune import PruneResult, prune
 from automl.pipeline.quantize import QuantizedModel, quantize_method
 from automl.pipeline.train import train
@@ -49,8 +54,9 @@ class CachedStages:
 
     ``cache`` None computes every stage. With ``trained``, the model is the user's trained
     one, loaded instead of trained; an ONNX model's graph is taken as the export. ``target``
-    is where a per-layer method's evidence is timed, and ``drop_budget`` the study's bound on
-    ``accuracy_drop``, which its order keeps within (see :func:`keep_order`).
+    is where a per-layer method's evidence is timed. ``drop_budget`` is the study's bound on
+    ``accuracy_drop`` and ``accuracy_floor`` its bound on ``accuracy``: the layers kept first
+    are those whose quantization alone would break either (see :func:`keep_order`).
     """
 
     candidate: Candidate
@@ -63,6 +69,7 @@ class CachedStages:
     trained: TrainedModel | OnnxModel | None = None
     target: Target | None = None
     drop_budget: float | None = None
+    accuracy_floor: float | None = None
 
     def __post_init__(self) -> None:
         c = self.candidate
@@ -95,7 +102,8 @@ class CachedStages:
             "evidence", self.export_key, self.method.cache_tag, getattr(self.target, "name", None),
             c.batch_size, c.graph_optimization,
         )  # fmt: skip
-        kept = (c.keep_fp32, self.evidence_key, self.drop_budget) if c.keep_fp32 else ()
+        bounds = (self.drop_budget, self.accuracy_floor)
+        kept = (c.keep_fp32, self.evidence_key, *bounds) if c.keep_fp32 else ()
         self.quant_key = content_key(
             "quantize", self.prune_key, self.method.name, self.method.cache_tag, OPSET, *kept
         )
@@ -136,8 +144,17 @@ class CachedStages:
         timings.setdefault("layer_evidence", 0.0)
         with timed(timings, "layer_evidence"):
             evidence = self._evidence(fp32_path)
-        order = keep_order([LayerEvidence(**row) for row in evidence], self.drop_budget)
-        return {"evidence": evidence, "kept_fp32": order[:keep]}
+        budget = self._budget(fp32_path)
+        order = keep_order([LayerEvidence(**row) for row in evidence], budget)
+        return {"evidence": evidence, "kept_fp32": order[:keep], "drop_budget": budget}
+
+    def _budget(self, fp32_path: Path) -> float | None:
+        """The accuracy the kept layers may lose: the ``accuracy_drop`` bound, or this model's
+        fp32 accuracy above the ``accuracy`` floor, whichever is tighter."""
+        if self.accuracy_floor is None:
+            return self.drop_budget
+        above = graph_accuracy(fp32_path, self.data) - self.accuracy_floor
+        return above if self.drop_budget is None else min(above, self.drop_budget)
 
     def _evidence(self, fp32_path: Path) -> list[dict]:
         """The evidence of every layer (see :func:`layer_evidence`), from the cache or measured."""

@@ -119,7 +119,7 @@ def run_trial(
     require_present(target, [candidate.quant_method.name])
     stages = CachedStages(
         candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained,
-        target, drop_budget(constraints),
+        target, drop_budget(constraints), accuracy_floor(constraints),
     )  # fmt: skip
     timings = dict.fromkeys(STAGES, 0.0)
     quantized, onnx_diff, built = stages.quantized(timings)
@@ -296,6 +296,12 @@ def drop_budget(constraints: Sequence[Constraint]) -> float | None:
     """The tightest bound on ``accuracy_drop`` among ``constraints``, if any."""
     bounds = [c.bound for c in constraints if c.metric == "accuracy_drop" and c.op == "<="]
     return min(bounds, default=None)
+
+
+def accuracy_floor(constraints: Sequence[Constraint]) -> float | None:
+    """The tightest lower bound on ``accuracy`` among ``constraints``, if any."""
+    bounds = [c.bound for c in constraints if c.metric == "accuracy" and c.op == ">="]
+    return max(bounds, default=None)
 
 
 def _torch_device(target: Target) -> str:

@@ -8,6 +8,7 @@ import automl.trials.stages as stages_module
 from automl.candidate import ArchConfig, Candidate, TrainConfig
 from automl.errors import SpecError
 from automl.pipeline.layer_evidence import LayerEvidence, keep_order
+from automl.search.spec import Constraint
 from automl.targets import load_target
 from automl.trials.stage_cache import StageCache
 from automl.trials.trial import run_trial
@@ -69,3 +70,26 @@ def test_keeping_layers_needs_a_per_layer_method() -> None:
         _candidate(method="int8-static", keep_fp32=2)
     with pytest.raises(SpecError, match="keep_fp32=-1"):
         _candidate(method="int8-mixed", keep_fp32=-1)
+
+
+def test_an_accuracy_floor_bounds_what_the_kept_layers_may_lose(digits, tmp_path) -> None:
+    """``accuracy >= b`` gives the mixed method the budget of this model's fp32 accuracy above
+    b; with ``accuracy_drop <= d`` too, the tighter of the two."""
+    cache = StageCache(tmp_path / "cache", max_bytes=10**9)
+    cpu = load_target("cpu")
+
+    def layers(*constraints: str, name: str) -> dict:
+        checked = [Constraint.model_validate(c) for c in constraints]
+        trial = run_trial(_candidate(method="int8-mixed", keep_fp32=1), cpu, digits,
+                          tmp_path / name, cache=cache, constraints=checked)  # fmt: skip
+        return trial.history["layers"]
+
+    fp32 = run_trial(_candidate(method="fp32"), cpu, digits, tmp_path / "f", cache=cache)
+    floored = layers("accuracy >= 0.5", name="a")
+    one_sample = 1 / len(digits.y_val)  # batching may move a prediction at most this much
+    assert floored["drop_budget"] == pytest.approx(fp32.metrics["accuracy"] - 0.5, abs=one_sample)
+    assert layers("accuracy >= 0.5", "accuracy_drop <= 0.01", name="b")["drop_budget"] == 0.01
+    impossible = layers("accuracy >= 1", name="c")  # every layer breaks it: the worst kept
+    evidence = [LayerEvidence(**row) for row in impossible["evidence"]]
+    worst = max(evidence, key=lambda layer: layer.accuracy_drop)
+    assert impossible["drop_budget"] < 0 and impossible["kept_fp32"] == [worst.name]
