@@ -264,16 +264,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
-    _longest_modules_first(items)
-
-
-def _longest_modules_first(items: list[pytest.Item]) -> None:
-    """Order the modules by how many slow or end-to-end tests they hold, most first, each
-    module's tests together and in order: the workers start on the long tests, and the suite
-    does not end on one of them while the other worker idles."""
-    heavy: dict[str, int] = {}
-    for item in items:
-        long = item.get_closest_marker("slow") or item.get_closest_marker("e2e")
-        heavy[item.module.__name__] = heavy.get(item.module.__name__, 0) + bool(long)
-    first = {name: index for index, name in enumerate(heavy)}  # collection order breaks ties
-    items.sort(key=lambda item: (-heavy[item.module.__name__], first[item.module.__name__]))
