@@ -56,7 +56,6 @@ def submit(
     A key is remembered for ``AUTOML_IDEMPOTENCY_KEY_TTL_S`` (a day by default); the same key
     with another request is refused with 422.
     """
-
     checks = [partial(check_model, settings=settings)] if spec.model is not None else []
     name, created = submit_study(
         check_spec(spec, settings), storage, checks=checks,

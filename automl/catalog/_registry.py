@@ -239,7 +239,8 @@ class Family(_Entry):
 
     def space_problem(self, values_of: Callable[[str], list]) -> str | None:
         """What is wrong with the knob values a space can suggest for this family, with the
-        fix, or None; ``values_of(key)`` lists a space key's values (empty when unset)."""
+        fix, or None; ``values_of(key)`` lists a space key's values (the knob's default where
+        the space leaves it unset)."""
         return None
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import tempfile
 from contextlib import contextmanager
+from dataclasses import MISSING, fields
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from automl.candidate import OUTPUT_LAYER
+from automl.candidate import OUTPUT_LAYER, ArchConfig
 from automl.catalog import FAMILIES, input_layout, method_for
 from automl.errors import SpecError
 from automl.search.params import param_values
@@ -24,7 +26,6 @@ from automl.search.space import candidate_from_values, load_space
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from automl.candidate import ArchConfig
     from automl.inputs.data import Dataset
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
@@ -50,7 +51,9 @@ def check_compatible(space: SearchSpace, data: Dataset, target: Target) -> None:
     check_target(space, target)
     for family in families(space):
         if family in FAMILIES:
-            problem = input_problem(family, data) or FAMILIES[family].space_problem(space.values_of)
+            problem = input_problem(family, data) or FAMILIES[family].space_problem(
+                partial(_values_or_default, space)
+            )
             if problem:
                 raise SpecError(f"search space {space.name!r}: {problem}")
         else:
@@ -130,6 +133,15 @@ def input_problem(family: str, data: Dataset) -> str | None:
         f"family {family!r} needs {FAMILIES[family].needs}; the data has {data.input_dtype} samples of "
         f"shape {shape}: use one of {fitting}{hint}"
     )
+
+
+def _values_or_default(space: SearchSpace, key: str) -> list:
+    """The values the space gives candidate ``key``, or its default where the space sets none."""
+    values = space.values_of(key)
+    if values or not key.startswith("arch."):
+        return values
+    default = next((f.default for f in fields(ArchConfig) if f"arch.{f.name}" == key), MISSING)
+    return [] if default is MISSING else [default]
 
 
 def _user_arch(space: SearchSpace, family: str) -> ArchConfig:

@@ -90,8 +90,8 @@ def run_trial(
         threads: Torch threads for training.
         cache: Stage cache, or None to compute everything.
         constraints: The study's constraints; those on latency stop the timing of a candidate
-            once its runs prove it infeasible (see :class:`LatencyBudget`), and one on
-            ``accuracy_drop`` orders the layers a per-layer method keeps.
+            once its runs prove it infeasible (see :class:`LatencyBudget`), and those on
+            ``accuracy_drop`` and ``accuracy`` order the layers a per-layer method keeps.
         trained: The user's trained model, loaded in place of training; the unmodified model
             is then measured beside the candidate (see :mod:`automl.trials.baseline`), and
             ``speedup``, ``speedup_same_batch``, ``accuracy_drop`` and ``size_ratio``

@@ -41,8 +41,7 @@ class Transformer(Family):
 
     def space_problem(self, values_of: Callable[[str], list]) -> str | None:
         """Every width (d_model) the space suggests must split into every heads value."""
-        widths = values_of("arch.width") or [self.example["width"]]
-        heads = values_of("arch.heads") or [self.example["heads"]]
+        widths, heads = values_of("arch.width"), values_of("arch.heads")
         bad = next(((w, h) for w in widths for h in heads if int(w) % int(h)), None)
         if bad is None:
             return None
