@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 from optuna.artifacts import FileSystemArtifactStore
+from zygote import Zygote
 
 from automl.catalog import _registry as catalog_registry
 from automl.inputs.data import Dataset, load_dataset
@@ -223,9 +224,18 @@ def storage_url(request, tmp_path):
             yield url
 
 
+@pytest.fixture(scope="session")
+def zygote() -> Iterator[Zygote]:
+    """One zygote per test worker: the command's libraries imported once (see tests/zygote.py)."""
+    forker = Zygote()
+    yield forker
+    forker.close()
+
+
 @pytest.fixture
-def cli(tmp_path):
-    """``cli(*args, check=True)`` runs ``python -m automl`` in ``tmp_path`` on its own storage.
+def cli(tmp_path, zygote):
+    """``cli(*args, check=True)`` runs ``python -m automl`` in ``tmp_path`` on its own storage,
+    in a process forked from the worker's zygote.
 
     It has ``env``, ``root`` (``tmp_path``) and ``storage`` (the SQLite URL) for tests that
     start the command themselves.
@@ -240,10 +250,7 @@ def cli(tmp_path):
     }
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run(
-            [sys.executable, "-m", "automl", *args], cwd=tmp_path, env=env, capture_output=True,
-            text=True, timeout=600,
-        )  # fmt: skip
+        done = zygote.run(list(args), cwd=tmp_path, env=env, timeout=600)
         if check:
             assert done.returncode == 0, done.stderr
         return done

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,3 +24,25 @@ def test_an_xdist_group_runs_whole_in_one_worker(tmp_path) -> None:
     )  # fmt: skip
     workers = set(re.findall(r"\[(gw\d)\] .* PASSED", done.stdout))
     assert done.returncode == 0 and len(workers) == 1, done.stdout
+
+
+def test_a_command_run_by_the_zygote_behaves_as_a_fresh_interpreter(zygote, tmp_path) -> None:
+    """The `cli` fixture's zygote (tests/zygote.py): the same exit status and output as a fresh
+    ``python -m automl``, in the folder and with the environment and PYTHONPATH asked for."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "my_data.py").write_text("def load():\n    raise RuntimeError('mine')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "mine"), "COLUMNS": "100"}
+    env["AUTOML_STORAGE"] = f"sqlite:///{tmp_path}/automl.db"
+    for args in (
+        ["study", "show", "nope"],
+        ["study", "start", "--space", "digits-mlp", "--dataset", "my_data:load"],
+        ["spaces"],
+    ):
+        forked = zygote.run(args, cwd=tmp_path, env=env, timeout=120)
+        fresh = subprocess.run(
+            [sys.executable, "-m", "automl", *args], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert forked.returncode == fresh.returncode, (forked.stderr, fresh.stderr)
+        assert (forked.stdout, forked.stderr) == (fresh.stdout, fresh.stderr)
+    assert forked.returncode == 0 and "digits-mlp" in forked.stdout
