@@ -27,7 +27,7 @@ OVER_BUDGET = "over_budget"  # a trial that lost the race for the last slot: PRU
 ARTIFACT_ID = "artifact_id"
 WORKER = "worker"  # host:pid of the process that ran the trial
 BASELINE = "baseline"  # marks the unmodified trained model's trial (a trained model's study)
-SCREENED = "screened"  # why a serving study's trial was pruned before its load runs
+SCREENED = "screened"  # why a serving study's trial was pruned before its load search
 # Study attrs.
 STOP_ATTR = "stop_requested"
 FORGIVEN_ATTR = "failures_forgiven"

@@ -1,19 +1,23 @@
-"""Dynamic batching under Poisson load: a TPE search against a brute-force sweep, side by side.
+"""Dynamic batching under Poisson load: the product's search against a brute-force sweep, side by side.
 
 Run: ``.venv/bin/python -m bench.serving [--seeds 5] [--duration 0.4] [--slo-ms 5]``.
 
-For one exported digits ResNet on the CPU (one ONNX Runtime session per instance, one thread
-each), served by :mod:`automl.pipeline.serving`:
+For one exported digits ResNet on the CPU target, served by
+:func:`automl.pipeline.serving.measure_serving` (one ONNX Runtime session per instance, the
+target's one thread each; the max-rate search as a serving study runs it):
 
-1. The harness floor: the p99 of a model that does nothing, at the sweep's best setting and
+1. The sweep (Triton Model Analyzer's brute mode): every ``max_batch`` × ``max_queue_delay_ms``
+   × ``instances`` setting, each with its max rate within the p99 SLO. Its cost is counted in
+   load runs, the floor's included.
+2. The harness floor: the p99 of a model that does nothing, at the sweep's best setting and
    rate, as a share of the SLO.
-2. The sweep (Triton Model Analyzer's brute mode): every ``max_batch`` × ``max_queue_delay_ms``
-   × ``instances`` setting, each with its max rate within the p99 SLO (MLPerf's server scenario:
-   doubling, then bisection).
-3. The search: Optuna's TPE over the same settings, with a quarter of the sweep's measurements,
-   once per seed.
-4. Side by side: the sweep's best setting and each seed's pick measured again, interleaved, and
-   the ratio of each pick's max rate to the sweep's best, with its min–max over seeds.
+3. The search, once per seed, with a quarter of the sweep's load runs: Optuna's TPE over the
+   same settings, each proposal screened as a serving study screens its trials
+   (:mod:`automl.trials.screen`): skipped where its isolated latency bounds its max rate below
+   the best measured so far, and ended after one run where it breaks the SLO at that rate.
+4. Side by side: the sweep's best setting and each seed's pick measured again, in three
+   interleaved rounds, and the ratio of each pick's median max rate to the sweep's best, with its
+   min–max over seeds.
 5. Joint against two-stage (:mod:`bench.serving_joint`): the max rate at equal accuracy of
    searching the model and its batching together, over choosing the model by isolated latency
    and then sweeping its batching; ``--joint-seeds 0`` leaves it out.
@@ -34,17 +38,52 @@ import optuna
 from automl.candidate import ArchConfig
 from automl.inputs.data import load_dataset
 from automl.models import build_model
-from automl.pipeline._ort import make_session
 from automl.pipeline.export import export_onnx
-from automl.pipeline.serving import Batching, harness_floor, max_rate, measure_load
+from automl.pipeline.latency import measure_latency
+from automl.pipeline.serving import (
+    MAX_RATE_PROBES,
+    Batching,
+    first_rate,
+    harness_floor,
+    measure_serving,
+)
+from automl.search.spec import Serving
+from automl.targets import load_target
+from automl.trials.screen import RateToBeat, rate_bound
 from bench.serving_joint import joint_ratios, print_summary
 
 MAX_BATCH = (1, 4, 16)
 DELAY_MS = (0.0, 0.5, 2.0)
 INSTANCES = (1, 2)
 SETTINGS = [Batching(*s) for s in itertools.product(MAX_BATCH, DELAY_MS, INSTANCES)]
-PROBES = 8
-START_RPS = 2000.0
+# Proposals a search may make beyond its budget's worth (repeats and screened ones cost no run).
+MAX_PROPOSALS = 4 * len(SETTINGS)
+ROUNDS = 3  # side-by-side measurements of each setting compared
+
+
+class Server:
+    """One exported model served at a setting, as a serving study's trial serves it."""
+
+    def __init__(self, path: Path, rows: np.ndarray, scenario: Serving) -> None:
+        self.path, self.rows, self.scenario = path, rows, scenario
+        self.target = load_target("cpu")
+        self.p50_ms = {
+            b: measure_latency(path, self.target, rows, b, method="fp32").p50_ms for b in MAX_BATCH
+        }
+
+    def serve(self, setting: Batching, to_beat: RateToBeat | None = None) -> tuple[float, int]:
+        """The max rate (0 where a first run at ``to_beat`` broke the SLO) and the load runs
+        it took, the floor's included."""
+        start = first_rate(setting, setting.max_batch, self.p50_ms[setting.max_batch])
+        served = measure_serving(
+            self.path, self.target, self.rows, setting, self.scenario, method="fp32",
+            start_rps=start, rate_to_beat=to_beat and to_beat.rps,
+        )  # fmt: skip
+        return served["metrics"].get("max_rate_rps", 0.0), len(served["record"]["runs"]) + 1
+
+    def bound(self, setting: Batching) -> float:
+        """The isolated-latency bound of the setting's max rate."""
+        return rate_bound(setting, setting.max_batch, self.p50_ms[setting.max_batch])
 
 
 def main() -> None:
@@ -62,69 +101,95 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = build_model(ArchConfig("resnet", 16, 2), data.input_shape, data.num_classes)
         path = export_onnx(model.eval(), rows[:32], Path(tmp) / "resnet.onnx").path
-
-        def rate_of(setting: Batching) -> float:
-            sessions = [
-                make_session(path, ["CPUExecutionProvider"], 1) for _ in range(setting.instances)
-            ]
-            name = sessions[0].get_inputs()[0].name
-            runs = [lambda b, s=s: s.run(None, {name: b}) for s in sessions]
-
-            def measure(rate: float):
-                return measure_load(runs, rows, setting, rate, duration_s=args.duration)
-
-            return max_rate(measure, args.slo_ms, START_RPS, probes=PROBES)[0]
-
-        sweep = {setting: rate_of(setting) for setting in SETTINGS}
+        server = Server(path, rows, Serving(slo_p99_ms=args.slo_ms, duration_s=args.duration))
+        sweep, sweep_runs = {}, 0
+        for setting in SETTINGS:
+            sweep[setting], runs = server.serve(setting)
+            sweep_runs += runs
         best = max(sweep, key=sweep.__getitem__)
-        print(f"sweep: {len(SETTINGS)} settings × {PROBES} runs of {args.duration:g} s")
+        print(f"sweep: {len(SETTINGS)} settings, {sweep_runs} load runs of {args.duration:g} s")
         for setting, rate in sorted(sweep.items(), key=lambda kv: -kv[1])[:5]:
             print(f"  {_label(setting)}: max rate {rate:,.0f}/s within p99 {args.slo_ms:g} ms")
-        floor = harness_floor(rows, best, max(sweep[best], START_RPS), duration_s=args.duration)
+        floor = harness_floor(rows, best, max(sweep[best], 1.0), duration_s=args.duration)
         share = floor.latency_ms["p99"] / args.slo_ms
         print(f"harness floor at {_label(best)}: p99 {floor.latency_ms['p99']:.3f} ms, "
               f"{share:.1%} of the SLO")  # fmt: skip
 
-        budget = max(1, len(SETTINGS) // 4)
-        picks = [_search(rate_of, budget, seed) for seed in range(args.seeds)]
-        print(f"search: TPE, {budget} settings × {PROBES} runs per seed, {args.seeds} seeds")
-        again = _side_by_side(rate_of, best, picks)
+        budget = max(1, sweep_runs // 4)
+        searched = [_search(server, budget, seed) for seed in range(args.seeds)]
+        picks = [pick for pick, _ in searched]
+        spent = [runs for _, runs in searched]
+        again = _side_by_side(server, best, picks)
+        for seed, (pick, runs) in enumerate(searched):
+            print(f"  seed {seed}: {_label(pick)} ({again[pick]:,.0f}/s again), {runs} runs")
+        print(
+            f"search: TPE with the studies' screens, at most {budget} load runs per seed, spent "
+            f"{min(spent)}–{max(spent)} ({max(spent) / sweep_runs:.2f} of the sweep's at most)"
+        )
         ratios = [again[pick] / again[best] for pick in picks if again[best] > 0]
         print(f"side by side: sweep's best {_label(best)} at {again[best]:,.0f}/s")
         if ratios:
             print(
                 f"search's pick / sweep's best max rate: mean {statistics.mean(ratios):.3f} "
-                f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} seeds) "
-                f"at {budget / len(SETTINGS):.2f} of the sweep's measurements"
+                f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} seeds)"
             )
     if args.joint_seeds:
         print_summary(joint_ratios(args.joint_seeds, args.joint_trials))
 
 
-def _search(rate_of, budget: int, seed: int) -> Batching:
-    """The setting TPE picks in ``budget`` measurements."""
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(1, budget // 2))
+def _search(server: Server, budget: int, seed: int) -> tuple[Batching, int]:
+    """The setting TPE picks within ``budget`` load runs, and the runs it spent (a proposal
+    starts only where a full search fits in what is left). A proposal is
+    screened as a serving study screens a trial (:mod:`automl.trials.screen`) and then PRUNED;
+    a repeated one is told its rate again."""
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=3)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-
-    def objective(trial: optuna.Trial) -> float:
-        return rate_of(
-            Batching(
-                trial.suggest_categorical("max_batch", MAX_BATCH),
-                trial.suggest_categorical("max_queue_delay_ms", DELAY_MS),
-                trial.suggest_categorical("instances", INSTANCES),
-            )
+    measured: dict[Batching, float] = {}
+    numbers: dict[Batching, int] = {}  # the trial that measured each setting
+    spent = 0
+    for _ in range(MAX_PROPOSALS):
+        if spent + MAX_RATE_PROBES + 1 > budget:  # a full search and its floor would overrun it
+            break
+        trial = study.ask()
+        setting = Batching(
+            trial.suggest_categorical("max_batch", MAX_BATCH),
+            trial.suggest_categorical("max_queue_delay_ms", DELAY_MS),
+            trial.suggest_categorical("instances", INSTANCES),
         )
+        if setting in measured:
+            study.tell(trial, measured[setting])
+            continue
+        to_beat = None
+        if measured:
+            leader = max(measured, key=measured.__getitem__)
+            to_beat = RateToBeat(measured[leader], numbers[leader])
+        if to_beat and to_beat.above_bound(server.bound(setting)):
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        rate, runs = server.serve(setting, to_beat)
+        spent += runs
+        if to_beat and not rate:  # broke the SLO at the rate to beat
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        measured[setting], numbers[setting] = rate, trial.number
+        study.tell(trial, rate)
+    screened = sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
+    print(
+        f"  seed {seed}: measured "
+        + ", ".join(f"{_label(k)} {v:,.0f}/s" for k, v in measured.items())
+        + f"; {screened} screened"
+    )
+    return max(measured, key=measured.__getitem__), spent
 
-    study.optimize(objective, n_trials=budget)
-    return Batching(**study.best_params)
 
-
-def _side_by_side(rate_of, best: Batching, picks: list[Batching]) -> dict[Batching, float]:
-    """Each distinct setting's max rate, measured again in turn (best, pick, best, pick, ...)."""
-    measured: dict[Batching, list[float]] = {}
-    for pick in picks:
-        for setting in (best, pick):
-            measured.setdefault(setting, []).append(rate_of(setting))
+def _side_by_side(server: Server, best: Batching, picks: list[Batching]) -> dict[Batching, float]:
+    """The median max rate of the sweep's best and of each distinct pick, measured again in
+    ``ROUNDS`` interleaved rounds: near-equal settings differ by less than one run's noise."""
+    settings = list(dict.fromkeys([best, *picks]))
+    measured: dict[Batching, list[float]] = {setting: [] for setting in settings}
+    for _ in range(ROUNDS):
+        for setting in settings:
+            measured[setting].append(server.serve(setting)[0])
     return {setting: statistics.median(rates) for setting, rates in measured.items()}
 
 

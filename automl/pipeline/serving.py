@@ -260,13 +260,19 @@ def _wait_until(replay: _Replay, target_s: float) -> None:
 
 
 def max_rate(
-    measure: Callable[[float], LoadRun], slo_p99_ms: float, start_rps: float, *, probes: int = 8
+    measure: Callable[[float], LoadRun],
+    slo_p99_ms: float,
+    start_rps: float,
+    *,
+    probes: int = 8,
+    first_must_hold: bool = False,
 ) -> tuple[float, list[LoadRun]]:
     """The highest offered rate whose run keeps up with a p99 within ``slo_p99_ms``.
 
     As MLPerf's server scenario finds its rate: the rate doubles from ``start_rps`` until a run
     breaks the bound (or halves until one keeps it), then bisects between the last rate that
-    held and the first that broke, ``probes`` runs in all.
+    held and the first that broke, ``probes`` runs in all. With ``first_must_hold`` (a rate that
+    the model must serve to matter), a first run that breaks the bound ends the search.
 
     Returns:
         The rate found (0 when none held) and every run, in the order measured: the curve of
@@ -280,10 +286,19 @@ def max_rate(
         if run.p99_within(slo_p99_ms):
             held = rate
             rate = rate * 2 if broke is None else (held + broke) / 2
+        elif first_must_hold and len(runs) == 1:
+            break
         else:
             broke = rate
             rate = (held + broke) / 2 if held else rate / 2
     return held, runs
+
+
+def first_rate(batching: Batching, batch_size: int, latency_p50_ms: float) -> float:
+    """Where a max-rate search starts: a quarter of what the instances could serve at the
+    isolated latency of ``batch_size``, within 10 and 10⁶ requests/s."""
+    capacity = batching.instances * batch_size / max(latency_p50_ms / 1e3, 1e-6)
+    return min(max(capacity / 4, 10.0), 1e6)
 
 
 # Load runs of the max-rate search: doublings from the first guess, then bisections.
@@ -300,6 +315,7 @@ def measure_serving(
     *,
     method: str,
     start_rps: float,
+    rate_to_beat: float | None = None,
     optimization: str = "all",
     seed: int = 0,
 ) -> dict:
@@ -307,12 +323,15 @@ def measure_serving(
 
     One session per instance, the target's threads split between them. At an offered rate,
     one run; at ``rate_rps: max``, the max-rate search from ``start_rps`` (a guess from the
-    isolated latency). The harness floor is measured on the same settings at the same rate.
+    isolated latency), or from ``rate_to_beat`` where that is higher: a rate below which the
+    model does not matter, so that a first run that breaks the SLO there ends the search. The
+    harness floor is measured on the same settings at the same rate.
 
     Returns:
         ``metrics`` (``serving_p99_ms``, ``max_rate_rps`` where searched) and ``record``: the
         scenario, the settings, every run (the curve of p99 against the offered rate) and the
-        floor, with its share of the SLO.
+        floor, with its share of the SLO. A search ended at ``rate_to_beat`` records no
+        ``max_rate_rps`` and ``held_rate_to_beat: false``.
 
     Raises:
         TrialFailed: No request was served at any rate tried.
@@ -333,10 +352,16 @@ def measure_serving(
         rate = min(rate, MAX_LOAD_REQUESTS / scenario.duration_s)
         return measure_load(runs, x, batching, rate, duration_s=scenario.duration_s, seed=seed)
 
+    challenge = rate_to_beat is not None and rate_to_beat >= start_rps
     if scenario.rate_rps == "max":
-        rate, curve = max_rate(measure, scenario.slo_p99_ms, start_rps, probes=MAX_RATE_PROBES)
+        rate, curve = max_rate(
+            measure, scenario.slo_p99_ms, rate_to_beat if challenge else start_rps,
+            probes=MAX_RATE_PROBES, first_must_hold=challenge,
+        )  # fmt: skip
         at = next((r for r in curve if r.offered_rps == rate), min(curve, key=_offered))
         metrics = {"max_rate_rps": rate, "serving_p99_ms": at.p99_bound_ms}
+        if challenge and len(curve) == 1 and not rate:  # below the rate to beat: dominated
+            metrics = {}
     else:
         at = measure(float(scenario.rate_rps))
         curve, metrics = [at], {"serving_p99_ms": at.p99_bound_ms}
@@ -351,6 +376,7 @@ def measure_serving(
         "bracketed": any(not run.p99_within(scenario.slo_p99_ms) for run in curve),
         "floor_p99_ms": floor.p99_bound_ms,
         "floor_share_of_slo": floor.p99_bound_ms / scenario.slo_p99_ms,
+        **({"held_rate_to_beat": bool(metrics)} if challenge else {}),
     }
     return {"metrics": metrics, "record": record}
 

@@ -28,7 +28,7 @@ from automl.search.space import load_space
 from automl.storage.capabilities import count_taken, set_trial_attrs
 from automl.targets import load_target, require_present
 from automl.targets.presence import require_pinned_gpu
-from automl.trials.screen import screened_out
+from automl.trials.screen import rate_to_beat
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -179,7 +179,7 @@ class StudyObjective:
                 trained=self._trained,
                 baseline_batch=baseline_batch(self.spec, space),
                 serving=self.spec.serving,
-                screen=lambda metrics, bound: screened_out(trial.study, self.spec, metrics, bound),
+                screen=lambda metrics: rate_to_beat(trial.study, self.spec, metrics),
             )
             artifact_id = upload_artifact(
                 artifact_store=self.artifact_store,
@@ -209,7 +209,7 @@ class StudyObjective:
         }
         if getattr(self._trained, "output_layer", None):  # found, or named: kept whole
             attrs["output_layer"] = self._trained.output_layer
-        if reason := (outcome.serving or {}).get("screened"):  # no load runs: never on a front
+        if reason := (outcome.serving or {}).get("screened"):  # no max rate: never on a front
             _set_attrs(trial, {**attrs, SCREENED: reason})
             raise optuna.TrialPruned(reason)
         judged = outcome.metrics

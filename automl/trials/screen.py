@@ -1,14 +1,22 @@
-"""Screening a serving study's trial by its isolated latency, before its load runs.
+"""Screening a serving study's trial before its load runs, and with its first.
 
-A load run costs seconds; most candidates of a search never reach the front. Before serving a
-trial, :func:`rate_bound` bounds the rate it could serve from its isolated latency, and
-:func:`screened_out` asks whether a trial already measured under load beats it even at that
-bound. Such a trial is PRUNED, with the measured trial that dominates it, and never enters the
-front: every front point carries the load measurement its objective needs.
+A load run costs seconds; most candidates of a search never reach the front. A trial that
+maximises ``max_rate_rps`` must serve more than the rate of :func:`rate_to_beat`: the best rate
+measured under load by a trial at least as good on every other objective. Two screens stop a
+trial that cannot:
+
+- before any load run, where :func:`rate_bound`, the rate its isolated latency could serve at
+  best, is already below that rate;
+- after one load run, at that rate: where its p99 breaks the SLO there, its max rate is below it
+  (see :func:`automl.pipeline.serving.max_rate`'s ``first_must_hold``).
+
+Such a trial is PRUNED, with the measured trial that dominates it, and never enters the front:
+every front point carries the load measurement its objective needs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import optuna
@@ -32,38 +40,57 @@ def rate_bound(batching: Batching, batch_size: int, latency_p50_ms: float) -> fl
     return _MARGIN * batching.instances * batching.max_batch / (latency_p50_ms / 1e3)
 
 
-def screened_out(
-    study: optuna.Study, spec: StudySpec, metrics: Mapping[str, float], bound: float
-) -> str | None:
-    """Why the trial cannot reach the front even at a max rate of ``bound``: the measured
-    trial that dominates it; ``None`` where none does, or where the study does not maximise
-    ``max_rate_rps``."""
-    if "max_rate_rps" not in spec.metric_names:
+@dataclass(frozen=True)
+class RateToBeat:
+    """The max rate a trial must exceed not to be dominated, and the trial that holds it."""
+
+    rps: float
+    trial: int
+
+    def above_bound(self, bound: float) -> str | None:
+        """Why a trial whose max rate is at most ``bound`` is dominated; ``None`` where it may
+        not be."""
+        if self.rps <= bound:
+            return None
+        return (
+            f"screened out before its load runs: its isolated latency bounds its max rate at "
+            f"{bound:,.0f} requests/s, and trial {self.trial}, measured under load, beats it even "
+            f"there ({self.rps:,.0f} requests/s)"
+        )
+
+    def not_held(self, run: Mapping, slo_p99_ms: float) -> str:
+        """Why a trial whose run at this rate (its record, see
+        :meth:`automl.pipeline.serving.LoadRun.as_dict`) broke the SLO is dominated."""
+        said = f"p99 {run['latency_ms']['p99']:.3g} ms" if run["kept_up"] else "it did not keep up"
+        return (
+            f"screened out after one load run: at {self.rps:,.0f} requests/s, the max rate of "
+            f"trial {self.trial}, which is at least as good on every other objective, {said} "
+            f"against an SLO of {slo_p99_ms:g} ms"
+        )
+
+
+def rate_to_beat(
+    study: optuna.Study, spec: StudySpec, metrics: Mapping[str, float]
+) -> RateToBeat | None:
+    """The highest max rate of the feasible trials measured under load that are at least as
+    good as ``metrics`` on every other objective; ``None`` where there is none, or where the
+    study does not maximise ``max_rate_rps``."""
+    others = [o for o in spec.objectives if o.metric != "max_rate_rps"]
+    if len(others) == len(spec.objectives) or any(o.metric not in metrics for o in others):
         return None
-    ours = {**metrics, "max_rate_rps": bound}
-    if any(m not in ours for m in spec.metric_names):
-        return None
+    best = None
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    for other in complete:
-        theirs = other.user_attrs
-        if other.user_attrs.get("feasible") and _dominates(theirs, ours, spec):
-            return (
-                f"screened out before its load runs: its isolated latency bounds its max rate "
-                f"at {bound:,.0f} requests/s, and trial {other.number}, measured under load, "
-                f"beats it even there ({theirs['max_rate_rps']:,.0f} requests/s)"
-            )
-    return None
+    for trial in complete:
+        theirs = trial.user_attrs
+        rate = theirs.get("max_rate_rps") if theirs.get("feasible") else None
+        if rate is None or (best is not None and rate <= best.rps):
+            continue
+        if all(_at_least(theirs.get(o.metric), metrics[o.metric], o.direction) for o in others):
+            best = RateToBeat(rate, trial.number)
+    return best
 
 
-def _dominates(theirs: Mapping, ours: Mapping, spec: StudySpec) -> bool:
-    """Whether ``theirs`` is at least as good on every objective and better on one."""
-    better = False
-    for objective in spec.objectives:
-        a, b = theirs.get(objective.metric), ours[objective.metric]
-        if a is None:
-            return False
-        sign = 1 if objective.direction == "maximize" else -1
-        if sign * (a - b) < 0:
-            return False
-        better = better or sign * (a - b) > 0
-    return better
+def _at_least(theirs: float | None, ours: float, direction: str) -> bool:
+    if theirs is None:
+        return False
+    return theirs >= ours if direction == "maximize" else theirs <= ours

@@ -16,7 +16,7 @@ from automl.catalog import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
 from automl.pipeline.ort_packages import gpu_runtime_versions
-from automl.pipeline.serving import measure_serving
+from automl.pipeline.serving import first_rate, measure_serving
 from automl.pipeline.timers import backend_session
 from automl.records import QUANTIZATION_GAIN
 from automl.targets import require_present
@@ -24,7 +24,7 @@ from automl.targets.gpus import measurement_lock
 from automl.targets.presence import gpu_identity
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
 from automl.trials.quant_gain import measure_gain
-from automl.trials.screen import rate_bound
+from automl.trials.screen import RateToBeat, rate_bound
 from automl.trials.stage_cache import content_key
 from automl.trials.stages import CachedStages, timed
 
@@ -73,7 +73,7 @@ def run_trial(
     trained: TrainedModel | OnnxModel | None = None,
     baseline_batch: int = 1,
     serving: Serving | None = None,
-    screen: Callable[[dict[str, float], float], str | None] | None = None,
+    screen: Callable[[dict[str, float]], RateToBeat | None] | None = None,
 ) -> TrialOutcome:
     """Train, prune, fine-tune, export, quantize, evaluate and measure one candidate.
 
@@ -100,9 +100,11 @@ def run_trial(
         serving: A serving scenario: the graph is then also served under load with the
             candidate's batching settings (see :func:`automl.pipeline.serving.measure_serving`),
             and ``serving_p99_ms`` (and ``max_rate_rps``) recorded.
-        screen: Given the metrics so far and the bound of the max rate from the isolated
-            latency (see :mod:`automl.trials.screen`), why the load runs can be skipped, or
-            ``None``; the outcome's ``serving`` then holds that reason as ``screened``.
+        screen: Given the metrics so far, the max rate the trial must beat to reach the front
+            (see :mod:`automl.trials.screen`), or ``None``. A trial whose isolated latency
+            bounds its max rate below it runs no load, and one whose first load run, at that
+            rate, breaks the SLO runs no more; the outcome's ``serving`` then holds the reason
+            as ``screened``.
 
     Returns:
         The quantized artifact and its metrics: ``accuracy`` on the validation split (what the
@@ -155,12 +157,9 @@ def run_trial(
     served = None
     if serving is not None:
         batching = candidate.serving or Batching(max_batch=candidate.batch_size)
-        bound = rate_bound(batching, candidate.batch_size, latency.p50_ms)
-        reason = screen(metrics, bound) if screen and bound and serving.rate_rps == "max" else None
-        if reason:
-            served = {"metrics": {}, "record": {"screened": reason, "rate_bound_rps": bound}}
-        else:
-            served = _serve(quantized, batching, candidate, target, data, serving, latency, seed)
+        to_beat = screen(metrics) if screen and serving.rate_rps == "max" else None
+        served = _served(quantized, batching, candidate, target, data, serving, latency, seed,
+                         to_beat)  # fmt: skip
         metrics.update(served["metrics"])
     return TrialOutcome(
         artifact=quantized.path,
@@ -183,7 +182,7 @@ def run_trial(
     )
 
 
-def _serve(
+def _served(
     quantized: QuantizedModel,
     batching: Batching,
     candidate: Candidate,
@@ -192,16 +191,25 @@ def _serve(
     scenario: Serving,
     latency: Latency,
     seed: int,
+    to_beat: RateToBeat | None,
 ) -> dict:
     """The graph under the scenario's load, with the candidate's batching settings (a batcher
-    of its serving batch where the space sets none). The max-rate search starts at a quarter of
-    what the isolated latency says the instances could serve."""
-    capacity = batching.instances * candidate.batch_size / max(latency.p50_ms / 1e3, 1e-6)
-    return measure_serving(
+    of its serving batch where the space sets none), unless the isolated latency already
+    bounds its max rate below ``to_beat``; a first run at ``to_beat`` that breaks the SLO ends
+    it. A screened trial's record says why, as ``screened``."""
+    bound = rate_bound(batching, candidate.batch_size, latency.p50_ms)
+    if to_beat and bound and (reason := to_beat.above_bound(bound)):
+        return {"metrics": {}, "record": {"screened": reason, "rate_bound_rps": bound}}
+    served = measure_serving(
         quantized.path, target, data.x_test, batching, scenario, method=quantized.method,
-        start_rps=min(max(capacity / 4, 10.0), 1e6), optimization=candidate.graph_optimization,
+        start_rps=first_rate(batching, candidate.batch_size, latency.p50_ms),
+        rate_to_beat=to_beat and to_beat.rps, optimization=candidate.graph_optimization,
         seed=seed,
     )  # fmt: skip
+    if served["record"].get("held_rate_to_beat") is False:
+        (run,) = served["record"]["runs"]
+        served["record"]["screened"] = to_beat.not_held(run, scenario.slo_p99_ms)
+    return served
 
 
 def evaluate_and_measure(

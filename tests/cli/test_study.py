@@ -291,8 +291,12 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
     for trial in study.trials:
         served, candidate = trial.user_attrs["serving"], trial.user_attrs["candidate"]
         assert candidate["serving"]["max_batch"] == candidate["batch_size"]
-        if trial.state.name == "PRUNED":  # screened: its isolated latency could not beat the front
+        if trial.state.name == "PRUNED":  # screened: it could not beat a measured trial
             assert served["screened"] == trial.user_attrs["screened"]
+            if "after one load run" in served["screened"]:  # at the rate it had to beat
+                assert len(served["runs"]) == 1 and served["held_rate_to_beat"] is False
+            else:  # by its isolated latency, before any load run
+                assert served["rate_bound_rps"] > 0 and "runs" not in served
             continue
         runs = served["runs"]
         assert [r["offered_rps"] for r in runs] == sorted(r["offered_rps"] for r in runs)

@@ -19,7 +19,10 @@ from automl.pipeline.serving import (
     harness_floor,
     max_rate,
     measure_load,
+    measure_serving,
 )
+from automl.search.spec import Serving
+from automl.targets import load_target
 
 ROWS = np.zeros((16, 4), np.float32)
 
@@ -111,6 +114,48 @@ def test_the_max_rate_search_brackets_what_the_model_can_serve() -> None:
     assert 25 <= found < 260  # one 4 ms instance serves at most 250/s
     assert [r.offered_rps for r in runs][:3] == [25, 50, 100]  # doubling while it holds
     assert any(not r.p99_within(60) for r in runs)  # and a rate that broke it bounds the search
+
+
+def test_a_first_run_that_must_hold_and_breaks_ends_the_search() -> None:
+    batching = Batching(max_batch=1)
+
+    def measure(rate: float):
+        return measure_load([sleeper(4.0)], ROWS, batching, rate, duration_s=0.3)
+
+    found, runs = max_rate(measure, slo_p99_ms=60, start_rps=1000, probes=5, first_must_hold=True)
+    assert found == 0 and len(runs) == 1  # 1000/s against at most 250/s: it cannot matter
+    found, runs = max_rate(measure, slo_p99_ms=60, start_rps=25, probes=3, first_must_hold=True)
+    assert found == 100 and [r.offered_rps for r in runs] == [25, 50, 100]  # held: searched on
+
+
+def test_a_model_that_breaks_the_slo_at_the_rate_to_beat_is_served_once(tmp_path) -> None:
+    """:func:`measure_serving` on a real graph: a rate to beat far above what it serves ends the
+    search after one run, recorded with no max rate; one it can serve starts the search."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "w"], ["output"])], "tiny",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3])], [weights],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    onnx.save(model, tmp_path / "tiny.onnx")
+    scenario = Serving(slo_p99_ms=20, duration_s=0.2)
+
+    def serve(rate_to_beat: float) -> dict:
+        return measure_serving(
+            tmp_path / "tiny.onnx", load_target("cpu"), ROWS, Batching(max_batch=4), scenario,
+            method="fp32", start_rps=10, rate_to_beat=rate_to_beat,
+        )  # fmt: skip
+
+    beaten = serve(5e6)  # a million requests in 0.2 s: no harness here keeps up
+    assert beaten["metrics"] == {} and beaten["record"]["held_rate_to_beat"] is False
+    assert [r["offered_rps"] for r in beaten["record"]["runs"]] == [5e6]
+    held = serve(20)
+    assert held["record"]["held_rate_to_beat"] is True and held["metrics"]["max_rate_rps"] >= 20
+    assert held["record"]["runs"][0]["offered_rps"] == 20 and len(held["record"]["runs"]) > 1
 
 
 def test_bad_settings_are_refused() -> None:

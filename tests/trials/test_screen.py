@@ -1,12 +1,14 @@
-"""Screening a serving study's trials: a bound from the isolated latency, and dominance."""
+"""Screening a serving study's trials: the rate to beat, a bound from the isolated latency, and
+one load run."""
 
 from __future__ import annotations
 
 import optuna
 
 from automl.candidate import Batching
+from automl.pipeline.serving import LoadRun
 from automl.search.spec import parse_spec
-from automl.trials.screen import rate_bound, screened_out
+from automl.trials.screen import RateToBeat, rate_bound, rate_to_beat
 
 SPEC = parse_spec({"search_space": "digits-serving", "serving": {"slo_p99_ms": 10}})
 
@@ -24,18 +26,30 @@ def test_the_bound_is_the_instances_serving_full_batches_twice_as_fast_as_alone(
     assert rate_bound(Batching(max_batch=8), 1, latency_p50_ms=1.0) is None  # timed at batch 1
 
 
-def test_a_trial_beaten_even_at_its_bound_is_screened_out() -> None:
-    study = _study((0.95, 50_000))
+def test_the_rate_to_beat_is_the_best_of_the_trials_as_good_on_every_other_objective() -> None:
+    study = _study((0.95, 50_000), (0.97, 20_000), (0.99, 5_000))
+    assert rate_to_beat(study, SPEC, {"accuracy": 0.90}) == RateToBeat(50_000, 0)
+    assert rate_to_beat(study, SPEC, {"accuracy": 0.96}) == RateToBeat(20_000, 1)
+    assert rate_to_beat(study, SPEC, {"accuracy": 0.995}) is None  # more accurate than all
 
-    reason = screened_out(study, SPEC, {"accuracy": 0.90}, bound=20_000)
+
+def test_a_trial_beaten_even_at_its_bound_is_screened_out() -> None:
+    to_beat = RateToBeat(50_000, 0)
+    reason = to_beat.above_bound(20_000)
     assert reason is not None and "trial 0" in reason and "20,000 requests/s" in reason
-    assert screened_out(study, SPEC, {"accuracy": 0.97}, bound=20_000) is None  # more accurate
-    assert screened_out(study, SPEC, {"accuracy": 0.90}, bound=60_000) is None  # could be faster
+    assert to_beat.above_bound(60_000) is None  # it could be faster
+
+
+def test_a_trial_that_breaks_the_slo_at_the_rate_to_beat_is_told_why() -> None:
+    run = LoadRun(50_000, 30_000, 100, 100, 0, {"p99": 12.5}, 1.0, 0.1, 12.5)
+    said = RateToBeat(50_000, 3).not_held(run.as_dict(), slo_p99_ms=10)
+    assert "one load run" in said and "50,000 requests/s" in said and "trial 3" in said
+    assert "p99 12.5 ms against an SLO of 10 ms" in said
 
 
 def test_nothing_is_screened_where_the_study_does_not_maximise_the_rate() -> None:
     at_rate = parse_spec({"serving": {"rate_rps": 100, "slo_p99_ms": 10}})
-    assert screened_out(_study((0.99, 1e6)), at_rate, {"accuracy": 0.5}, bound=1.0) is None
+    assert rate_to_beat(_study((0.99, 1e6)), at_rate, {"accuracy": 0.5}) is None
 
 
 def test_a_screened_trial_is_pruned_with_its_reason_and_no_load_runs(tmp_path) -> None:
