@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: a quiet study run, and the API server in a process."""
+"""Helpers shared by the benchmarks: a quiet study run, a model served as a serving study serves
+it, and the API server in a process."""
 
 from __future__ import annotations
 
@@ -12,13 +13,18 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import optuna
 
+from automl.candidate import Batching
 from automl.fleet.study_loop import run_study_loop
-from automl.search.spec import parse_spec
+from automl.pipeline.latency import measure_latency
+from automl.search.spec import Serving, parse_spec
 from automl.service.studies import create_study
 from automl.settings import Settings
 from automl.storage.factory import open_artifact_store, open_storage
+from automl.targets import load_target
+from automl.trials.screen import RateToBeat, serve_screened
 
 
 def run_study(workdir: Path, *, enqueue: list[dict] | None = None, cache: bool = True, **spec):
@@ -39,6 +45,38 @@ def run_study(workdir: Path, *, enqueue: list[dict] | None = None, cache: bool =
         study.study_name, storage, artifact_store=open_artifact_store(settings), settings=settings
     )
     return optuna.load_study(study_name=study.study_name, storage=storage), settings
+
+
+class Server:
+    """One exported model on the CPU target, served at a batching setting as a serving study's
+    trial serves it (:func:`automl.trials.screen.serve_screened`)."""
+
+    def __init__(
+        self,
+        path: Path,
+        rows: np.ndarray,
+        scenario: Serving,
+        batches: tuple[int, ...],
+        method: str,
+        seed: int = 0,
+    ) -> None:
+        self.path, self.rows, self.scenario, self.method = path, rows, scenario, method
+        self.seed = seed  # of the arrival schedules
+        self.target = load_target("cpu")
+        self.p50_ms = {  # isolated, at each max_batch: where a search starts, and its bound
+            b: measure_latency(path, self.target, rows, b, method=method).p50_ms for b in batches
+        }
+
+    def serve(self, setting: Batching, to_beat: RateToBeat | None = None) -> tuple[float, int]:
+        """The max rate (0 where screened against ``to_beat``) and the load runs it took, the
+        floor's included."""
+        served = serve_screened(
+            self.path, self.target, self.rows, setting, self.p50_ms[setting.max_batch],
+            self.scenario, batch_size=setting.max_batch, method=self.method, to_beat=to_beat,
+            seed=self.seed,
+        )  # fmt: skip
+        runs = served["record"].get("runs", [])
+        return served["metrics"].get("max_rate_rps", 0.0), len(runs) + 1 if runs else 0
 
 
 def start_server(url: str, workdir: Path, token: str) -> tuple[subprocess.Popen, str]:

@@ -39,17 +39,10 @@ from automl.candidate import ArchConfig
 from automl.inputs.data import load_dataset
 from automl.models import build_model
 from automl.pipeline.export import export_onnx
-from automl.pipeline.latency import measure_latency
-from automl.pipeline.serving import (
-    MAX_RATE_PROBES,
-    Batching,
-    first_rate,
-    harness_floor,
-    measure_serving,
-)
+from automl.pipeline.serving import MAX_RATE_PROBES, Batching, harness_floor
 from automl.search.spec import Serving
-from automl.targets import load_target
-from automl.trials.screen import RateToBeat, rate_bound
+from automl.trials.screen import RateToBeat
+from bench._common import Server
 from bench.serving_joint import joint_ratios, print_summary
 
 MAX_BATCH = (1, 4, 16)
@@ -59,31 +52,6 @@ SETTINGS = [Batching(*s) for s in itertools.product(MAX_BATCH, DELAY_MS, INSTANC
 # Proposals a search may make beyond its budget's worth (repeats and screened ones cost no run).
 MAX_PROPOSALS = 4 * len(SETTINGS)
 ROUNDS = 3  # side-by-side measurements of each setting compared
-
-
-class Server:
-    """One exported model served at a setting, as a serving study's trial serves it."""
-
-    def __init__(self, path: Path, rows: np.ndarray, scenario: Serving) -> None:
-        self.path, self.rows, self.scenario = path, rows, scenario
-        self.target = load_target("cpu")
-        self.p50_ms = {
-            b: measure_latency(path, self.target, rows, b, method="fp32").p50_ms for b in MAX_BATCH
-        }
-
-    def serve(self, setting: Batching, to_beat: RateToBeat | None = None) -> tuple[float, int]:
-        """The max rate (0 where a first run at ``to_beat`` broke the SLO) and the load runs
-        it took, the floor's included."""
-        start = first_rate(setting, setting.max_batch, self.p50_ms[setting.max_batch])
-        served = measure_serving(
-            self.path, self.target, self.rows, setting, self.scenario, method="fp32",
-            start_rps=start, rate_to_beat=to_beat and to_beat.rps,
-        )  # fmt: skip
-        return served["metrics"].get("max_rate_rps", 0.0), len(served["record"]["runs"]) + 1
-
-    def bound(self, setting: Batching) -> float:
-        """The isolated-latency bound of the setting's max rate."""
-        return rate_bound(setting, setting.max_batch, self.p50_ms[setting.max_batch])
 
 
 def main() -> None:
@@ -101,7 +69,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = build_model(ArchConfig("resnet", 16, 2), data.input_shape, data.num_classes)
         path = export_onnx(model.eval(), rows[:32], Path(tmp) / "resnet.onnx").path
-        server = Server(path, rows, Serving(slo_p99_ms=args.slo_ms, duration_s=args.duration))
+        scenario = Serving(slo_p99_ms=args.slo_ms, duration_s=args.duration)
+        server = Server(path, rows, scenario, MAX_BATCH, method="fp32")
         sweep, sweep_runs = {}, 0
         for setting in SETTINGS:
             sweep[setting], runs = server.serve(setting)
@@ -163,12 +132,9 @@ def _search(server: Server, budget: int, seed: int) -> tuple[Batching, int]:
         if measured:
             leader = max(measured, key=measured.__getitem__)
             to_beat = RateToBeat(measured[leader], numbers[leader])
-        if to_beat and to_beat.above_bound(server.bound(setting)):
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            continue
         rate, runs = server.serve(setting, to_beat)
         spent += runs
-        if to_beat and not rate:  # broke the SLO at the rate to beat
+        if to_beat and not rate:  # screened: by its bound, or by its first run
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             continue
         measured[setting], numbers[setting] = rate, trial.number

@@ -13,8 +13,9 @@ Per seed, side by side on the models and settings of the shipped ``digits-servin
 Both arms pick at one accuracy floor, 1 % below the lower of their two best accuracies: the
 joint arm its trial with the highest max rate above it, the two-stage arm its fastest model per
 sample above it. The ratio printed is the joint pick's max rate over the two-stage pick's (its
-best setting), with their accuracies, and its min–max over seeds. The two-stage arm spends more load measurements than the joint one (a whole sweep); the
-joint arm spends them on its own trials.
+best setting), with their accuracies, and its min–max over seeds. The two-stage arm spends more
+load measurements than the joint one (a whole sweep); the joint arm spends them on its own
+trials.
 """
 
 from __future__ import annotations
@@ -25,21 +26,16 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import optuna
 import yaml
 from optuna.artifacts import download_artifact
 
 from automl.candidate import Batching
-from automl.fleet.study_loop import run_study_loop
 from automl.inputs.data import load_dataset
-from automl.pipeline.latency import measure_latency
-from automl.pipeline.serving import first_rate, measure_serving
 from automl.search.space import SEARCH_SPACES_DIR
 from automl.search.spec import parse_spec
-from automl.service.studies import create_study
 from automl.settings import Settings
-from automl.storage.factory import open_artifact_store, open_storage
-from automl.targets import load_target
+from automl.storage.factory import open_artifact_store
+from bench._common import Server, run_study
 
 SCENARIO = {"rate_rps": "max", "slo_p99_ms": 10.0, "duration_s": 0.3}
 KNOBS = ("serving.max_batch", "serving.max_queue_delay_ms", "serving.instances")
@@ -55,14 +51,13 @@ def main() -> None:
 
 def joint_ratios(seeds: int, trials: int) -> list[float]:
     """Per seed, the joint pick's max rate over the two-stage pick's; each seed printed."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = yaml.safe_load((SEARCH_SPACES_DIR / "digits-serving.yaml").read_text())
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(seeds):
-            joint, _ = _run(Path(tmp) / f"joint-{seed}", _joint_spec(seed, trials))
+            joint, _ = run_study(Path(tmp) / f"joint-{seed}", **_joint_spec(seed, trials))
             staged_spec = _staged_spec(space, Path(tmp) / f"space-{seed}.yaml", seed, trials)
-            staged, settings = _run(Path(tmp) / f"staged-{seed}", staged_spec)
+            staged, settings = run_study(Path(tmp) / f"staged-{seed}", **staged_spec)
             floor = min(_best_accuracy(joint.trials), _best_accuracy(staged.trials)) - 0.01
             pick = _pick(joint.trials, floor, "max_rate_rps", best_is_high=True)
             model = _pick(staged.trials, floor, "latency_per_sample_ms", best_is_high=False)
@@ -84,17 +79,6 @@ def print_summary(ratios: list[float]) -> None:
         f"{statistics.mean(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}, "
         f"{len(ratios)} seeds)"
     )
-
-
-def _run(workdir: Path, spec: dict):
-    settings = Settings(storage=f"sqlite:///{workdir}/s.db", artifacts_dir=workdir / "art")
-    workdir.mkdir(parents=True)
-    storage = open_storage(settings.storage, settings)
-    study = create_study(parse_spec(spec), storage)
-    run_study_loop(
-        study.study_name, storage, artifact_store=open_artifact_store(settings), settings=settings
-    )
-    return study, settings
 
 
 def _best_accuracy(trials) -> float:
@@ -137,22 +121,12 @@ def _sweep(trial, space: dict, settings: Settings, seed: int) -> float:
         file_path=str(model),
         artifact_id=trial.user_attrs["artifact_id"],
     )
-    data, target = load_dataset("digits", seed=seed), load_target("cpu")
-    scenario = parse_spec({"serving": SCENARIO}).serving
-    method = trial.user_attrs["candidate"]["method"]
     choices = [space["params"][k]["choices"] for k in KNOBS]
-    p50_ms = {  # where each max-rate search starts, as a serving study's trial starts it
-        b: measure_latency(model, target, data.x_test, b, method=method).p50_ms for b in choices[0]
-    }
-    rates = []
-    for max_batch, delay, instances in itertools.product(*choices):
-        setting = Batching(max_batch, delay, instances)
-        served = measure_serving(
-            model, target, data.x_test, setting, scenario, method=method,
-            start_rps=first_rate(setting, max_batch, p50_ms[max_batch]), seed=seed,
-        )  # fmt: skip
-        rates.append(served["metrics"]["max_rate_rps"])
-    return max(rates)
+    server = Server(
+        model, load_dataset("digits", seed=seed).x_test, parse_spec({"serving": SCENARIO}).serving,
+        tuple(choices[0]), method=trial.user_attrs["candidate"]["method"], seed=seed,
+    )  # fmt: skip
+    return max(server.serve(Batching(*setting))[0] for setting in itertools.product(*choices))
 
 
 if __name__ == "__main__":

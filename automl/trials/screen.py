@@ -23,9 +23,13 @@ import optuna
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from pathlib import Path
+
+    import numpy as np
 
     from automl.candidate import Batching
-    from automl.search.spec import StudySpec
+    from automl.search.spec import Serving, StudySpec
+    from automl.targets import Target
 
 # The bound assumes every instance serves full batches back to back, each twice as fast as the
 # isolated median: a margin for faster batches and for instances that overlap perfectly.
@@ -88,6 +92,42 @@ def rate_to_beat(
         if all(_at_least(theirs.get(o.metric), metrics[o.metric], o.direction) for o in others):
             best = RateToBeat(rate, trial.number)
     return best
+
+
+def serve_screened(
+    model_path: Path,
+    target: Target,
+    rows: np.ndarray,
+    batching: Batching,
+    latency_p50_ms: float,
+    scenario: Serving,
+    *,
+    batch_size: int,
+    method: str,
+    to_beat: RateToBeat | None,
+    optimization: str = "all",
+    seed: int = 0,
+) -> dict:
+    """The graph under the scenario's load (see :func:`automl.pipeline.serving.measure_serving`),
+    its max-rate search started from its isolated latency at ``batch_size``, unless a screen
+    stops it: no load run where that latency bounds its max rate below ``to_beat``, and no more
+    runs where the first, at ``to_beat``, breaks the SLO. The record of a screened graph says
+    why, as ``screened``."""
+    # Here, not at the top: the objective imports this module, and ONNX Runtime only runs trials.
+    from automl.pipeline.serving import first_rate, measure_serving
+
+    bound = rate_bound(batching, batch_size, latency_p50_ms)
+    if to_beat and bound and (reason := to_beat.above_bound(bound)):
+        return {"metrics": {}, "record": {"screened": reason, "rate_bound_rps": bound}}
+    served = measure_serving(
+        model_path, target, rows, batching, scenario, method=method,
+        start_rps=first_rate(batching, batch_size, latency_p50_ms),
+        rate_to_beat=to_beat and to_beat.rps, optimization=optimization, seed=seed,
+    )  # fmt: skip
+    if served["record"].get("held_rate_to_beat") is False:
+        (run,) = served["record"]["runs"]
+        served["record"]["screened"] = to_beat.not_held(run, scenario.slo_p99_ms)
+    return served
 
 
 def _at_least(theirs: float | None, ours: float, direction: str) -> bool:

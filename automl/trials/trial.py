@@ -16,7 +16,6 @@ from automl.catalog import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
 from automl.pipeline.ort_packages import gpu_runtime_versions
-from automl.pipeline.serving import first_rate, measure_serving
 from automl.pipeline.timers import backend_session
 from automl.records import QUANTIZATION_GAIN
 from automl.targets import require_present
@@ -24,7 +23,7 @@ from automl.targets.gpus import measurement_lock
 from automl.targets.presence import gpu_identity
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
 from automl.trials.quant_gain import measure_gain
-from automl.trials.screen import RateToBeat, rate_bound
+from automl.trials.screen import RateToBeat, serve_screened
 from automl.trials.stage_cache import content_key
 from automl.trials.stages import CachedStages, timed
 
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from automl.inputs.data import Dataset
     from automl.inputs.onnx_model import OnnxModel
     from automl.inputs.trained_model import TrainedModel
-    from automl.pipeline.quantize import QuantizedModel
     from automl.search.spec import Constraint, Serving
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache
@@ -157,9 +155,12 @@ def run_trial(
     served = None
     if serving is not None:
         batching = candidate.serving or Batching(max_batch=candidate.batch_size)
-        to_beat = screen(metrics) if screen and serving.rate_rps == "max" else None
-        served = _served(quantized, batching, candidate, target, data, serving, latency, seed,
-                         to_beat)  # fmt: skip
+        served = serve_screened(
+            quantized.path, target, data.x_test, batching, latency.p50_ms, serving,
+            batch_size=candidate.batch_size, method=quantized.method,
+            to_beat=screen(metrics) if screen and serving.rate_rps == "max" else None,
+            optimization=candidate.graph_optimization, seed=seed,
+        )  # fmt: skip
         metrics.update(served["metrics"])
     return TrialOutcome(
         artifact=quantized.path,
@@ -180,36 +181,6 @@ def run_trial(
         serving=served and served["record"],
         quantization=gain,
     )
-
-
-def _served(
-    quantized: QuantizedModel,
-    batching: Batching,
-    candidate: Candidate,
-    target: Target,
-    data: Dataset,
-    scenario: Serving,
-    latency: Latency,
-    seed: int,
-    to_beat: RateToBeat | None,
-) -> dict:
-    """The graph under the scenario's load, with the candidate's batching settings (a batcher
-    of its serving batch where the space sets none), unless the isolated latency already
-    bounds its max rate below ``to_beat``; a first run at ``to_beat`` that breaks the SLO ends
-    it. A screened trial's record says why, as ``screened``."""
-    bound = rate_bound(batching, candidate.batch_size, latency.p50_ms)
-    if to_beat and bound and (reason := to_beat.above_bound(bound)):
-        return {"metrics": {}, "record": {"screened": reason, "rate_bound_rps": bound}}
-    served = measure_serving(
-        quantized.path, target, data.x_test, batching, scenario, method=quantized.method,
-        start_rps=first_rate(batching, candidate.batch_size, latency.p50_ms),
-        rate_to_beat=to_beat and to_beat.rps, optimization=candidate.graph_optimization,
-        seed=seed,
-    )  # fmt: skip
-    if served["record"].get("held_rate_to_beat") is False:
-        (run,) = served["record"]["runs"]
-        served["record"]["screened"] = to_beat.not_held(run, scenario.slo_p99_ms)
-    return served
 
 
 def evaluate_and_measure(
