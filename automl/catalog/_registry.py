@@ -192,6 +192,16 @@ class Backend(_Entry):
                   for p in self.providers}  # fmt: skip
         return {p: options for p, options in merged.items() if options}
 
+    def runs_cuda_graph(self, reported: Mapping[str, Mapping[str, str]]) -> bool:
+        """Whether a session's own provider options (``get_provider_options()``) turn on every
+        one of :attr:`graph_options`: the session's state, not the options asked for."""
+        on = {"1", "true"}
+        return bool(self.graph_options) and all(
+            str(reported.get(p, {}).get(key, "")).lower() in on
+            for p, options in self.graph_options.items()
+            for key in options
+        )
+
     def cache_options(self, cache_dir: Path) -> Mapping[str, Mapping[str, str]]:
         """Options per provider that keep compiled engines in ``cache_dir``; none by default."""
         return {}

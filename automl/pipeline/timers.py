@@ -223,6 +223,7 @@ def _bound_runner(
                 model, target, backend, method, cache_dir, optimization, cuda_graph=True
             )
             _require_fixed_outputs(session, batch_of[1])
+            _require_cuda_graph(session, backend)
             timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), "cuda")
             timers.device_resident()  # the first run captures the graph, or refuses to
             graph = env | {"timing": "device-resident, cuda-graph"}
@@ -233,6 +234,14 @@ def _bound_runner(
     timers = bound_timers(session, _batch(*batch_of, input_dtype(session)), backend.device)
     env = own | env | {"timing": "device-resident"}
     return Runner(timers.device_resident, timers.end_to_end, env)
+
+
+def _require_cuda_graph(session: ort.InferenceSession, backend: Backend) -> None:
+    """Refuse the ``cuda-graph`` label unless the session itself reports its graph option on."""
+    reported = session.get_provider_options()
+    if not backend.runs_cuda_graph(reported):
+        wanted = dict(backend.graph_options)
+        raise _NoCudaGraph(f"the session reports {reported.get(backend.provider)}, not {wanted}")
 
 
 def _require_fixed_outputs(session: ort.InferenceSession, batch_size: int) -> None:

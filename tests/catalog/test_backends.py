@@ -69,3 +69,30 @@ def test_a_method_runs_on_the_first_backend_that_declares_it() -> None:
 def test_an_unknown_backend_lists_the_known_ones() -> None:
     with pytest.raises(SpecError, match="unknown latency backend 'ort-fpga'; known: ort-cpu"):
         get_backend("ort-fpga")
+
+
+@pytest.mark.parametrize(
+    ("backend", "reported", "runs"),
+    [
+        # The option the session was asked for is not evidence: only what it reports is.
+        ("ort-cuda", {CUDA: {"enable_cuda_graph": "1", "use_tf32": "0"}}, True),
+        ("ort-cuda", {CUDA: {"enable_cuda_graph": "0", "use_tf32": "0"}}, False),
+        ("ort-cuda", {CPU: {}}, False),
+        ("ort-tensorrt", {TRT: {"trt_cuda_graph_enable": "1"}, CUDA: {}}, True),
+        ("ort-tensorrt", {TRT: {"trt_cuda_graph_enable": "0"}, CUDA: {}}, False),
+        ("ort-cpu", {CPU: {}}, False),
+    ],
+)
+def test_a_cuda_graph_is_read_from_the_session_s_own_options(
+    backend: str, reported: dict, runs: bool
+) -> None:
+    assert get_backend(backend).runs_cuda_graph(reported) is runs
+
+
+def test_a_cpu_session_never_reports_a_cuda_graph() -> None:
+    import onnxruntime as ort
+
+    from automl.targets.presence import probe_model
+
+    session = ort.InferenceSession(probe_model(), providers=[CPU])
+    assert not get_backend("ort-cuda").runs_cuda_graph(session.get_provider_options())

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from automl.catalog import CPU, Backend
+from automl.catalog import CPU, Backend, get_backend
 from automl.catalog.methods.fp32 import Fp32
 from automl.errors import TrialFailed
 from automl.pipeline import timers as timers_module
@@ -111,6 +111,7 @@ def test_a_cuda_graph_needs_every_output_at_a_fixed_shape(tmp_path: Path) -> Non
         model = onnx.helper.make_model(
             onnx.helper.make_graph(nodes, op, [x], [y]),
             opset_imports=[onnx.helper.make_opsetid("", 17)],
+            ir_version=10,
         )
         onnx.save(model, tmp_path / f"{op}.onnx")
         return tmp_path / f"{op}.onnx"
@@ -121,6 +122,14 @@ def test_a_cuda_graph_needs_every_output_at_a_fixed_shape(tmp_path: Path) -> Non
     timers_module._require_fixed_outputs(make_session(fixed, [CPU], 1), 8)
     with pytest.raises(timers_module._NoCudaGraph, match="outputs y have no fixed shape"):
         timers_module._require_fixed_outputs(make_session(loose, [CPU], 1), 8)
+
+
+def test_the_cuda_graph_label_needs_the_session_to_report_its_graph(model_path: Path) -> None:
+    # Asking for a graph is not running one: the label follows the session's own options.
+    session = make_session(model_path, [CPU], 1)
+
+    with pytest.raises(timers_module._NoCudaGraph, match="the session reports None, not"):
+        timers_module._require_cuda_graph(session, get_backend("ort-cuda"))
 
 
 def test_a_graph_onnx_runtime_refuses_fails_the_trial_naming_the_provider(tmp_path: Path) -> None:
