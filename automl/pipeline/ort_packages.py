@@ -6,9 +6,9 @@ Every ONNX Runtime build on PyPI (``onnxruntime``, ``onnxruntime-gpu``, ...) ins
 broken without an error. ``pip`` does not prevent it: installing ``automl[gpu]`` over the CPU
 install does exactly that, hence ``make install-gpu``.
 
-This module reads package metadata only; it imports neither onnxruntime nor torch, so it is
+The check reads package metadata only; it imports neither onnxruntime nor torch, so it is
 cheap to call when the CLI starts (:func:`gpu_runtime_versions` and :func:`load_gpu_libraries`,
-called by a measurement, import onnxruntime).
+called by a measurement, import onnxruntime and ask the loaded GPU libraries).
 """
 
 from __future__ import annotations
@@ -95,34 +95,57 @@ def require_single_ort() -> None:
     check_single_ort(n for n in names if n)
 
 
-# Distributions that install each GPU library, first match wins: pip's NVIDIA wheels.
-_GPU_LIBRARIES = {
-    "cudnn": ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
-    "tensorrt": ("tensorrt-cu13", "tensorrt-cu13-libs", "tensorrt", "tensorrt-cu12"),
+# The libraries whose versions a GPU measurement records: a file name's start, the function
+# that returns its version, and the value from which it counts majors in 10,000s, not 1,000s
+# (cuDNN 9 and TensorRT 10 widened their encoding: 91801 is 9.18.1, 8906 is 8.9.6).
+_LOADED_LIBRARIES = {
+    "cudnn": ("libcudnn.so", "cudnnGetVersion", 90000),
+    "tensorrt": ("libnvinfer.so", "getInferLibVersion", 100000),
 }
 
 
 def gpu_runtime_versions() -> dict[str, str | None]:
-    """The CUDA that ONNX Runtime was built for, and the cuDNN and TensorRT installed here.
+    """The CUDA that ONNX Runtime was built for, and the cuDNN and TensorRT loaded here.
+
+    cuDNN's and TensorRT's versions are asked of the libraries mapped into this process (by
+    their own ``cudnnGetVersion`` and ``getInferLibVersion``), not read from pip's metadata:
+    what ran is what was loaded, wherever it came from.
 
     Returns:
         ``{"cuda", "cudnn", "tensorrt"}``; ``None`` where absent (any CPU build of ONNX
-        Runtime; a cuDNN or TensorRT that did not come from pip's NVIDIA wheels). Imports
-        ``onnxruntime``, for its build information.
+        Runtime; a library not loaded in this process). Imports ``onnxruntime``, for its
+        build information.
     """
     from onnxruntime.capi import build_and_package_info as build
 
     versions: dict[str, str | None] = {"cuda": getattr(build, "cuda_version", None)}
-    for library, distributions in _GPU_LIBRARIES.items():
-        versions[library] = next(filter(None, map(_version, distributions)), None)
+    mapped = _mapped_libraries(Path("/proc/self/maps"))
+    for library, (prefix, function, wide_from) in _LOADED_LIBRARIES.items():
+        path = next((p for p in mapped if p.name.startswith(prefix)), None)
+        versions[library] = _library_version(path, function, wide_from) if path else None
     return versions
 
 
-def _version(distribution: str) -> str | None:
+def _mapped_libraries(maps: Path) -> list[Path]:
+    """The files mapped into this process, in the order of ``/proc/self/maps``."""
     try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
+        lines = maps.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    paths = (line.split(maxsplit=5)[5] for line in lines if len(line.split(maxsplit=5)) == 6)
+    return [Path(p) for p in dict.fromkeys(paths) if p.startswith("/")]
+
+
+def _library_version(path: Path, function: str, wide_from: int) -> str | None:
+    """``major.minor.patch`` from a library's version function; None if it has none."""
+    try:
+        call = getattr(ctypes.CDLL(str(path)), function)
+    except (OSError, AttributeError):
         return None
+    call.restype = ctypes.c_size_t
+    value = int(call())
+    major, rest = divmod(value, 10000 if value >= wide_from else 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
 
 
 @cache

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -11,7 +13,6 @@ import pytest
 from automl.errors import AutomlError
 from automl.pipeline.ort_packages import (
     check_single_ort,
-    gpu_runtime_versions,
     installed_ort_builds,
     require_single_ort,
 )
@@ -60,21 +61,41 @@ def test_the_check_imports_neither_onnxruntime_nor_torch() -> None:
     assert out.strip() == "[]"
 
 
-def test_gpu_library_versions_come_from_their_installed_wheels(tmp_path, monkeypatch) -> None:
-    # A dist-info folder is what pip leaves: importlib.metadata reads it as an installed wheel.
-    cudnn = tmp_path / "nvidia_cudnn_cu13-9.13.0.50.dist-info"
-    cudnn.mkdir()
-    (cudnn / "METADATA").write_text(
+def test_gpu_library_versions_are_asked_of_the_loaded_libraries(tmp_path) -> None:
+    # Stand-ins for cuDNN 9 and TensorRT 10, with their version functions and encodings, and a
+    # pip wheel of another cuDNN beside them: the loaded library is what ran, not the wheel.
+    for name, body in [
+        ("libcudnn.so.9", "size_t cudnnGetVersion(void) { return 91801; }"),
+        ("libnvinfer.so.10", "int getInferLibVersion(void) { return 101601; }"),
+    ]:
+        (tmp_path / "lib.c").write_text(f"#include <stddef.h>\n{body}\n")
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-o", str(tmp_path / name), str(tmp_path / "lib.c")],
+            check=True,
+        )
+    wheel = tmp_path / "nvidia_cudnn_cu13-9.13.0.50.dist-info"
+    wheel.mkdir()
+    (wheel / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: nvidia-cudnn-cu13\nVersion: 9.13.0.50\n"
     )
+    code = (
+        "import ctypes, json, sys\n"
+        "from automl.pipeline.ort_packages import gpu_runtime_versions\n"
+        "before = gpu_runtime_versions()\n"
+        "for name in sys.argv[2:]: ctypes.CDLL(sys.argv[1] + '/' + name, mode=ctypes.RTLD_GLOBAL)\n"
+        "print(json.dumps([before, gpu_runtime_versions()]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), "libcudnn.so.9", "libnvinfer.so.10"],
+        capture_output=True, text=True, check=True, env=env,
+    ).stdout  # fmt: skip
+    before, after = json.loads(out)
 
-    monkeypatch.syspath_prepend(str(tmp_path))
-
-    versions = gpu_runtime_versions()
-
-    assert versions["cudnn"] == "9.13.0.50"  # the first on sys.path, as for an import
+    assert (before["cudnn"], before["tensorrt"]) == (None, None)  # nothing loaded yet
+    assert (after["cudnn"], after["tensorrt"]) == ("9.18.1", "10.16.1")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        assert versions["cuda"] is None  # a CPU build was built for no CUDA
+        assert after["cuda"] is None  # a CPU build was built for no CUDA
 
 
 def test_tensorrt_libraries_come_from_the_wheel_libnvinfer_first(tmp_path, monkeypatch) -> None:
