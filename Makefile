@@ -17,10 +17,12 @@ install: $(STAMP)
 # The GPU install: exactly one ONNX Runtime, onnxruntime-gpu, beside the CUDA 13 torch of
 # constraints.txt. Both ORT builds ship the `onnxruntime` package, and the base dependencies bring
 # the CPU one, so both are removed after the install and the GPU build is put back on its own.
-# `make install-gpu GPU_EXTRAS=dev,gpu,tensorrt` adds TensorRT.
+# `make install-gpu GPU_EXTRAS=dev,gpu,tensorrt` adds TensorRT, whose libraries NVIDIA publishes
+# on its own index (PyPI's tensorrt-cu13-libs is a placeholder that fetches from there).
 GPU_EXTRAS ?= dev,gpu
+GPU_INDEX := --extra-index-url https://pypi.nvidia.com
 install-gpu: $(STAMP)
-	$(BIN)/pip install -q -c constraints.txt -c constraints-gpu.txt -e '.[$(GPU_EXTRAS)]'
+	$(BIN)/pip install -q $(GPU_INDEX) -c constraints.txt -c constraints-gpu.txt -e '.[$(GPU_EXTRAS)]'
 	$(BIN)/pip uninstall -q -y onnxruntime onnxruntime-gpu
 	$(BIN)/pip install -q -c constraints.txt -c constraints-gpu.txt --no-deps onnxruntime-gpu
 	$(BIN)/python -c "from automl.pipeline.ort_packages import require_single_ort as r; r()"

@@ -74,12 +74,20 @@ def open_onnx(path: str | Path, output: str | int | None = None) -> OnnxModel:
     return OnnxModel(given.resolve(), digest, output)
 
 
+# onnx 1.23 and newer save at IR version 14 unless told otherwise; ONNX Runtime 1.31 reads 13.
+_IR_HINT = (
+    "; save it at an IR version that this onnx and ONNX Runtime read: set model.ir_version to "
+    "the version named above and onnx.save it again (its opsets stay as they are)"
+)
+
+
 def _load(path: Path) -> onnx.ModelProto:
     try:
         model = onnx.load(str(path))
         onnx.checker.check_model(model)
     except (OSError, ValueError, DecodeError, onnx.checker.ValidationError) as e:
-        raise SpecError(f"ONNX model {path.name!r} is not a valid ONNX graph: {e}") from None
+        hint = _IR_HINT if "ir_version" in str(e) else ""
+        raise SpecError(f"ONNX model {path.name!r} is not a valid ONNX graph: {e}{hint}") from None
     initializers = {init.name for init in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]
     if len(inputs) != 1:

@@ -15,7 +15,7 @@ from automl.candidate import Batching
 from automl.catalog import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
-from automl.pipeline.ort_packages import gpu_runtime_versions
+from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.pipeline.timers import backend_session
 from automl.records import QUANTIZATION_GAIN
 from automl.targets import require_present
@@ -300,6 +300,7 @@ def engine_folder(
         return nullcontext()
     digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
     gpu = (gpu_identity(target) or {}).get("name")
+    load_gpu_libraries()  # the versions are asked of the libraries that will build the engine
     runtimes = {"onnxruntime": ort.__version__, **gpu_runtime_versions()}
     options = backend.provider_options(method)
     return cache.engine_folder(content_key(digest, batch_size, gpu, runtimes, options))

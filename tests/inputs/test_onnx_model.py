@@ -90,8 +90,29 @@ def test_a_graph_onnx_runtime_cannot_open_is_refused_naming_it(tmp_path, digits)
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 10])],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("my.ops", 1)])  # fmt: skip
+                                                    helper.make_opsetid("my.ops", 1)],
+                              ir_version=10)  # fmt: skip
     onnx.save(model, str(tmp_path / "custom.onnx"))
     spec = parse_spec({"model": {"weights": str(tmp_path / "custom.onnx")}})
     with pytest.raises(InputRefused, match=r"does not open or run in ONNX Runtime .*Unknown"):
+        check_trained_model(spec, digits)
+
+
+def test_a_graph_at_an_ir_version_onnx_runtime_cannot_read_is_refused_with_the_fix(
+    tmp_path, digits
+):
+    # onnx 1.23 saves at IR 14 by default, past what ONNX Runtime 1.31 reads.
+    from onnx import TensorProto, helper
+
+    from automl.errors import SpecError
+    from automl.search.spec import parse_spec
+    from automl.trials.model_check import check_trained_model
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])
+    graph = helper.make_graph([helper.make_node("Flatten", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=99)
+    onnx.save(model, str(tmp_path / "future.onnx"))
+    spec = parse_spec({"model": {"weights": str(tmp_path / "future.onnx")}})
+    with pytest.raises(SpecError, match=r"ir_version 99 .*set model.ir_version to the version"):
         check_trained_model(spec, digits)

@@ -11,6 +11,7 @@ from automl.pipeline.evaluate import evaluate
 from automl.pipeline.latency import LatencyBudget
 from automl.search.spec import Constraint, parse_spec
 from automl.targets import load_target
+from automl.trials import trial as trial_module
 from automl.trials.stage_cache import StageCache
 from automl.trials.trial import engine_folder, latency_budgets, run_trial
 
@@ -123,10 +124,7 @@ def test_tensorrt_engines_are_kept_per_graph_batch_and_tensorrt_version(
     assert folder(8, method="fp32") == []  # the CUDA provider keeps no engines
     assert len(folder(8)) == 1 and folder(8) == folder(8)  # published once, then read
     assert len(folder(16)) == 2
-    tensorrt = tmp_path / "site" / "tensorrt_cu13-99.0.dist-info"
-    tensorrt.mkdir(parents=True)
-    (tensorrt / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: tensorrt-cu13\nVersion: 99.0\n"
-    )
-    monkeypatch.syspath_prepend(str(tensorrt.parent))
+    # Another TensorRT loaded (a GPU-only fact: the versions that its library reports).
+    versions = {"cuda": "13.0", "cudnn": "9.18.1", "tensorrt": "99.0.0"}
+    monkeypatch.setattr(trial_module, "gpu_runtime_versions", lambda: versions)
     assert len(folder(8)) == 3  # another TensorRT builds its own engines

@@ -1,0 +1,68 @@
+"""The GPU install (`make install-gpu`) resolves to the ONNX Runtime and onnx the tests run."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pin(constraints: str, name: str) -> str:
+    text = (ROOT / constraints).read_text()
+    found = re.search(rf"^{re.escape(name)}==(\S+)$", text, re.MULTILINE)
+    assert found, f"{constraints} pins no {name}"
+    return found.group(1)
+
+
+def test_the_cpu_and_gpu_installs_pin_one_onnx_runtime_and_the_tests_run_it() -> None:
+    cpu, gpu = (
+        _pin("constraints.txt", "onnxruntime"),
+        _pin("constraints-gpu.txt", "onnxruntime-gpu"),
+    )
+
+    assert cpu == gpu == ort.__version__
+
+
+def test_onnx_saves_graphs_at_an_ir_version_onnx_runtime_reads() -> None:
+    # onnx 1.23 saves at IR 14, which ONNX Runtime 1.31 refuses ("max supported IR version: 13").
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+    assert model.ir_version == onnx.IR_VERSION
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.slow
+def test_the_gpu_install_resolves_to_one_onnx_runtime_on_cuda_13(tmp_path) -> None:
+    # What `make install-gpu` asks pip for, resolved by pip (from PyPI) without installing it.
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
+         "--report", str(report), "-c", "constraints.txt", "-c", "constraints-gpu.txt",
+         ".[dev,gpu]"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    offline = ("Failed to establish a new connection", "Temporary failure in name resolution")
+    if done.returncode != 0 and any(words in done.stderr for words in offline):
+        pytest.skip(f"pip cannot reach its index here: {done.stderr[-300:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    resolved = {
+        item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+
+    assert resolved["onnxruntime-gpu"] == ort.__version__  # the version the tests run
+    assert resolved["onnx"] == onnx.__version__  # whose IR version that runtime reads
+    assert resolved["nvidia-cublas"].startswith("13.")  # CUDA 13, as torch 2.13's own
+    assert "nvidia-cudnn-cu13" in resolved
+    assert resolved["torch"].split("+")[0] == "2.13.0"
