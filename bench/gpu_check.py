@@ -53,6 +53,7 @@ from automl.pipeline.placement import check_placement, node_placements, placemen
 from automl.pipeline.quantize import quantize_method
 from automl.pipeline.timers import bound_timers
 from automl.pipeline.train import train
+from automl.pipeline.trt_engine import build_and_inspect, compute_precisions, precision_refusal
 from automl.targets import detect_gpu_names, is_present, list_targets, load_target
 from automl.targets.presence import provider_starts
 
@@ -226,7 +227,27 @@ def method_row(
         row[f"end_to_end_p50_ms_b{batch_size}"] = _p50(timers.end_to_end)
     if provider != CPU:
         row["trial_latency"] = _trial_latency(report, name, method, path, data, workdir)
+    if backend.provider == TRT:
+        row["engine_precision"] = _engine_precision(report, name, method, path, data)
     return row
+
+
+def _engine_precision(
+    report: Report, name: str, method: str, path: Path, data: Any
+) -> dict[str, int] | None:
+    """Compute layers per data type in TensorRT's engine of the graph, built as the trial's."""
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        report.check(f"{name}: engine precision", "missing", f"no tensorrt; install: {INSTALL}")
+        return None
+    options = get_backend("ort-tensorrt").provider_options(method)[TRT]
+    inspector = build_and_inspect(path, options, 64, data.input_shape)
+    precisions = compute_precisions(inspector)
+    refusal = precision_refusal(method, precisions)
+    report.check(f"{name}: engine precision", "fail" if refusal else "pass",
+                 refusal or json.dumps(precisions))  # fmt: skip
+    return precisions
 
 
 def _trial_latency(

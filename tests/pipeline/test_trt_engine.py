@@ -1,0 +1,58 @@
+"""A TensorRT engine's precision is read from its layers, not assumed from the method's flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from automl.pipeline.trt_engine import CLAIMED, compute_precisions, precision_refusal
+
+
+def layer(name: str, kind: str, parameter: str, data_type: str) -> dict:
+    """One layer as TensorRT's engine inspector describes it with detailed profiling."""
+    tensor = {"Name": f"{name}:0", "Location": "Device", "Format/Datatype": data_type}
+    return {"Name": name, "LayerType": kind, "ParameterType": parameter,
+            "Inputs": [tensor], "Outputs": [dict(tensor, Name=f"{name}:out")]}  # fmt: skip
+
+
+INT8 = "Thirty-two wide channel vectorized row major Int8 format"
+FP16 = "Two wide channel vectorized row major FP16 format"
+FP32 = "Row major linear FP32"
+FP8 = "Row major linear FP8 format"
+
+
+def test_compute_layers_are_counted_by_the_type_they_take() -> None:
+    inspector = {"Layers": [
+        layer("Reformatting CopyNode for Input Tensor 0", "Reformat", "Reformat", FP32),
+        layer("/features.0/Conv + /features.1/Relu", "CaskConvolution", "Convolution", INT8),
+        layer("/features.3/Conv + /features.4/Relu", "CaskConvolution", "Convolution", INT8),
+        layer("/classifier/Gemm", "CaskGemmMatrixMultiply", "MatrixMultiply", FP16),
+        layer("/quantize", "Scale", "Scale", FP32),  # Q/DQ and the rest are not compute
+    ]}  # fmt: skip
+
+    assert compute_precisions(inspector) == {"fp16": 1, "int8": 2}
+    assert precision_refusal("int8-trt", compute_precisions(inspector)) is None
+
+
+def test_an_fp8_graph_whose_engine_ran_fp16_is_refused_saying_what_ran() -> None:
+    # TensorRT without strong typing may pick fp16 kernels for every FP8 Q/DQ convolution.
+    inspector = {"Layers": [layer("/conv", "CaskConvolution", "Convolution", FP16),
+                            layer("/fc", "gemm", "MatrixMultiply", FP16)]}  # fmt: skip
+    precisions = compute_precisions(inspector)
+
+    refusal = precision_refusal("fp8-trt", precisions)
+    assert refusal is not None and "none of its compute layers in fp8" in refusal
+    assert '{"fp16": 2}' in refusal
+    ran_fp8 = {"Layers": [layer("/conv", "CaskConvolution", "Convolution", FP8)]}
+    assert compute_precisions(ran_fp8) == {"fp8": 1}
+    assert precision_refusal("fp8-trt", compute_precisions(ran_fp8)) is None
+
+
+def test_methods_without_a_tensorrt_precision_claim_nothing() -> None:
+    assert set(CLAIMED) == {"int8-trt", "fp8-trt", "fp16"}
+    assert precision_refusal("fp32", {"fp32": 4}) is None
+
+
+def test_an_engine_built_without_detailed_profiling_cannot_tell() -> None:
+    # ONNX Runtime's own engines are built so: their inspector lists layer names only.
+    with pytest.raises(ValueError, match="layer names only: build it with detailed profiling"):
+        compute_precisions({"Layers": ["/conv", "/fc"]})
