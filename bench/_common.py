@@ -67,13 +67,15 @@ class Server:
             b: measure_latency(path, self.target, rows, b, method=method).p50_ms for b in batches
         }
 
-    def serve(self, setting: Batching, to_beat: RateToBeat | None = None) -> tuple[float, int]:
+    def serve(
+        self, setting: Batching, to_beat: RateToBeat | None = None, probes: int | None = None
+    ) -> tuple[float, int]:
         """The max rate (0 where screened against ``to_beat``) and the load runs it took, the
-        floor's included."""
+        floor's included; ``probes`` runs at most in its search, where not a study's."""
         served = serve_screened(
             self.path, self.target, self.rows, setting, self.p50_ms[setting.max_batch],
             self.scenario, batch_size=setting.max_batch, method=self.method, to_beat=to_beat,
-            seed=self.seed,
+            seed=self.seed, probes=probes,
         )  # fmt: skip
         runs = served["record"].get("runs", [])
         return served["metrics"].get("max_rate_rps", 0.0), len(runs) + 1 if runs else 0

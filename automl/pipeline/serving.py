@@ -318,6 +318,7 @@ def measure_serving(
     rate_to_beat: float | None = None,
     optimization: str = "all",
     seed: int = 0,
+    probes: int = MAX_RATE_PROBES,
 ) -> dict:
     """Serve the deployed graph under a study's scenario, on the target's backend.
 
@@ -325,7 +326,8 @@ def measure_serving(
     one run; at ``rate_rps: max``, the max-rate search from ``start_rps`` (a guess from the
     isolated latency), or from ``rate_to_beat`` where that is higher: a rate below which the
     model does not matter, so that a first run that breaks the SLO there ends the search. The
-    harness floor is measured on the same settings at the same rate.
+    harness floor is measured on the same settings at the same rate. ``probes`` bounds the
+    search's runs (more resolve the max rate more finely).
 
     Returns:
         ``metrics`` (``serving_p99_ms``, ``max_rate_rps`` where searched) and ``record``: the
@@ -356,7 +358,7 @@ def measure_serving(
     if scenario.rate_rps == "max":
         rate, curve = max_rate(
             measure, scenario.slo_p99_ms, rate_to_beat if challenge else start_rps,
-            probes=MAX_RATE_PROBES, first_must_hold=challenge,
+            probes=probes, first_must_hold=challenge,
         )  # fmt: skip
         at = next((r for r in curve if r.offered_rps == rate), min(curve, key=_offered))
         metrics = {"max_rate_rps": rate, "serving_p99_ms": at.p99_bound_ms}

@@ -70,6 +70,9 @@ DEPLOYMENT_KEYS = (
     "serving.max_batch", "serving.max_queue_delay_ms", "serving.instances",
 )  # fmt: skip
 MAX_DEPLOYMENTS = 4096
+# The serving knobs of :meth:`SearchSpace.capacity_first`: True takes the largest value.
+_CAPACITY = {"serving.max_batch": True, "serving.instances": True,
+             "serving.max_queue_delay_ms": False}  # fmt: skip
 # Knobs of a torch model's weights: an ONNX model has none of them.
 _TORCH_ONLY = (
     "pruning_ratio", "finetune_epochs", "finetune_lr", "kd_alpha", "kd_temperature",
@@ -205,6 +208,25 @@ class SearchSpace(BaseModel):
             if (param.sets or name) == "method"
             for value in param_values(param)
         }
+
+    def capacity_first(self) -> dict[str, Scalar]:
+        """Serving knobs of a max-rate study's first trial: the most ``serving.instances`` and
+        the largest ``serving.max_batch`` the space searches, and its middle
+        ``serving.max_queue_delay_ms``, by param name.
+
+        These settings have the highest isolated-latency bound on the max rate, so the trials
+        after it meet a high rate to beat early (:mod:`automl.trials.screen`); the sampler
+        chooses everything else. Knobs under a ``when``, float ranges and fixed knobs are left
+        out: empty for a space that searches none of these.
+        """
+        first: dict[str, Scalar] = {}
+        for name, param in self.params.items():
+            key = param.sets or name
+            if key not in _CAPACITY or param.when or isinstance(param, FloatParam | FixedParam):
+                continue
+            values = sorted(param_values(param))
+            first[name] = values[-1] if _CAPACITY[key] else values[len(values) // 2]
+        return first
 
     def model_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """The trial ``params`` that decide the weights: all but the deployment knobs."""

@@ -116,6 +116,8 @@ def create_study(
     spec = with_scenario(spec, space)
     check_target(space, target)
     baseline = _baseline_params(spec, space)
+    serving_max = spec.serving is not None and spec.serving.rate_rps == "max"
+    first = space.capacity_first() if serving_max else {}
     check_source_form(spec.dataset)
     fingerprint = None
     if check_data or _readable_here(spec.dataset):
@@ -125,7 +127,8 @@ def create_study(
     stored = _stored_spec(storage, spec.name)
     if stored is None:
         try:
-            return _new_study(spec, storage, target.name, fingerprint, baseline, attrs or {})
+            firsts = (baseline, first)
+            return _new_study(spec, storage, target.name, fingerprint, firsts, attrs or {})
         except optuna.exceptions.DuplicatedStudyError:
             if not resume:
                 raise
@@ -165,12 +168,17 @@ def _new_study(
     storage: BaseStorage,
     target: str,
     fingerprint: str | None,
-    baseline: dict | None,
+    firsts: tuple[dict | None, dict],
     attrs: Mapping[str, object],
 ) -> optuna.Study:
+    """A new study with its first trials queued: the baseline of a trained model, where there
+    is one, then the capacity-first serving settings of a max-rate study, where there are."""
     study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions)
+    baseline, capacity_first = firsts
     if baseline is not None:  # the first trial: the unmodified model, measured
         study.enqueue_trial(baseline, user_attrs={BASELINE: True})
+    if capacity_first:  # the sampler draws its other knobs
+        study.enqueue_trial(capacity_first)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.metric_names)

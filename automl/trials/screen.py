@@ -107,14 +107,15 @@ def serve_screened(
     to_beat: RateToBeat | None,
     optimization: str = "all",
     seed: int = 0,
+    probes: int | None = None,
 ) -> dict:
     """The graph under the scenario's load (see :func:`automl.pipeline.serving.measure_serving`),
     its max-rate search started from its isolated latency at ``batch_size``, unless a screen
     stops it: no load run where that latency bounds its max rate below ``to_beat``, and no more
     runs where the first, at ``to_beat``, breaks the SLO. The record of a screened graph says
-    why, as ``screened``."""
+    why, as ``screened``. ``probes``: the max-rate search's runs, where not the usual."""
     # Here, not at the top: the objective imports this module, and ONNX Runtime only runs trials.
-    from automl.pipeline.serving import first_rate, measure_serving
+    from automl.pipeline.serving import MAX_RATE_PROBES, first_rate, measure_serving
 
     bound = rate_bound(batching, batch_size, latency_p50_ms)
     if to_beat and bound and (reason := to_beat.above_bound(bound)):
@@ -123,6 +124,7 @@ def serve_screened(
         model_path, target, rows, batching, scenario, method=method,
         start_rps=first_rate(batching, batch_size, latency_p50_ms),
         rate_to_beat=to_beat and to_beat.rps, optimization=optimization, seed=seed,
+        probes=probes or MAX_RATE_PROBES,
     )  # fmt: skip
     if served["record"].get("held_rate_to_beat") is False:
         (run,) = served["record"]["runs"]

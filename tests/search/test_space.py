@@ -7,7 +7,7 @@ import pytest
 
 from automl.errors import SpecError
 from automl.search.compat import check_target
-from automl.search.space import candidate_from_values, list_spaces, load_space
+from automl.search.space import SearchSpace, candidate_from_values, list_spaces, load_space
 from automl.targets import load_target
 
 # The shipped spaces made for NVIDIA targets, and one of those targets.
@@ -194,3 +194,17 @@ def test_keep_fp32_that_a_whole_graph_method_could_draw_is_refused_at_load(
     conditional = params.replace("high: 3}", "high: 3, when: {method: [int8-mixed]}}")
     if "method" in params:  # with its 'when', the same space loads
         assert load_space(str(_write(tmp_path, conditional))).params["keep_fp32"].when
+
+
+def test_capacity_first_takes_the_largest_batch_and_instances_and_the_middle_delay() -> None:
+    space = SearchSpace.model_validate({"name": "s", "params": {
+        "arch.family": {"type": "fixed", "value": "mlp"},
+        "serving.max_batch": {"type": "categorical", "choices": [8, 1, 32]},
+        "serving.max_queue_delay_ms": {"type": "categorical", "choices": [2.0, 0.0, 0.5]},
+        "serving.instances": {"type": "int", "low": 1, "high": 3},
+    }})  # fmt: skip
+
+    assert space.capacity_first() == {
+        "serving.max_batch": 32, "serving.max_queue_delay_ms": 0.5, "serving.instances": 3,
+    }  # fmt: skip
+    assert load_space("digits-mlp").capacity_first() == {}  # no serving knobs

@@ -383,3 +383,19 @@ def test_a_study_of_an_earlier_automl_says_why_its_data_fingerprint_moved(env):
     study.set_user_attr(DATA_ATTR, "0123456789abcdef")  # scalar statistics' fingerprint
     with pytest.raises(DataError, match="created by an earlier automl, which standardised"):
         create_study(spec, storage)
+
+
+def test_a_max_rate_study_first_tries_the_settings_of_the_highest_bound(env):
+    # The most instances, the largest batch and the middle delay go first, so that later
+    # trials meet a high rate to beat; the sampler draws the model's knobs.
+    _, storage, _ = env
+    study = create_study(_spec(search_space="digits-serving"), storage, check_data=False)
+    fixed_rate = _spec(name="at-500", search_space="digits-serving",
+                       serving={"rate_rps": 500, "slo_p99_ms": 10})  # fmt: skip
+    other = create_study(fixed_rate, storage, check_data=False)
+
+    [first] = study.get_trials(states=[optuna.trial.TrialState.WAITING])
+    assert first.system_attrs["fixed_params"] == {
+        "serving.max_batch": 32, "serving.instances": 2, "serving.max_queue_delay_ms": 1,
+    }  # fmt: skip
+    assert other.get_trials() == []  # at a fixed rate, the lowest p99 needs no capacity
