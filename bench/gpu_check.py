@@ -53,7 +53,7 @@ from automl.pipeline.placement import check_placement, node_placements, placemen
 from automl.pipeline.quantize import quantize_method
 from automl.pipeline.timers import bound_timers
 from automl.pipeline.train import train
-from automl.pipeline.trt_engine import build_and_inspect, compute_precisions, precision_refusal
+from automl.pipeline.trt_engine import check_engine_precision
 from automl.targets import detect_gpu_names, is_present, list_targets, load_target
 from automl.targets.presence import provider_starts
 
@@ -235,18 +235,17 @@ def method_row(
 def _engine_precision(
     report: Report, name: str, method: str, path: Path, data: Any
 ) -> dict[str, int] | None:
-    """Compute layers per data type in TensorRT's engine of the graph, built as the trial's."""
+    """Compute layers per data type in TensorRT's engine of the graph, built as a trial's."""
+    options = get_backend("ort-tensorrt").provider_options(method).get(TRT, {})
     try:
-        import tensorrt  # noqa: F401
-    except ImportError:
-        report.check(f"{name}: engine precision", "missing", f"no tensorrt; install: {INSTALL}")
+        precisions = check_engine_precision(path, method, options, 64, data.input_shape, None)
+    except TrialFailed as e:  # it says what the engine ran instead
+        report.check(f"{name}: engine precision", "fail", str(e))
         return None
-    options = get_backend("ort-tensorrt").provider_options(method)[TRT]
-    inspector = build_and_inspect(path, options, 64, data.input_shape)
-    precisions = compute_precisions(inspector)
-    refusal = precision_refusal(method, precisions)
-    report.check(f"{name}: engine precision", "fail" if refusal else "pass",
-                 refusal or json.dumps(precisions))  # fmt: skip
+    if precisions is None:
+        report.check(f"{name}: engine precision", "missing", f"no tensorrt; install: {INSTALL}")
+    else:
+        report.check(f"{name}: engine precision", "pass", json.dumps(precisions))
     return precisions
 
 

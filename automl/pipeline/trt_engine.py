@@ -5,8 +5,10 @@ kernels ran: TensorRT picks the fastest kernel per layer, and a flag such as
 ``trt_fp16_enable`` only allows fp16. :func:`build_and_inspect` builds a graph as ONNX Runtime's
 TensorRT provider does (its parser, the builder flags of the method's provider options) with
 detailed profiling, and reads TensorRT's engine inspector; :func:`compute_precisions` counts the
-compute layers by the data type they take. Needs the ``tensorrt`` package and a GPU, except for
-the counting, which reads the inspector's JSON.
+compute layers by the data type they take, and :func:`check_engine_precision` fails a trial whose
+engine runs none in its method's precision. Needs the ``tensorrt`` package and a GPU, except for
+the counting, which reads the inspector's JSON. ONNX Runtime's own engines cannot be read so: it
+builds them without detailed profiling, and their inspector lists layer names only.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import json
 import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
+
+from automl.errors import TrialFailed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -70,6 +74,45 @@ def precision_refusal(method: str, precisions: Mapping[str, int]) -> str | None:
         f"the TensorRT engine of this {method} graph runs none of its compute layers in "
         f"{claimed} (it runs {json.dumps(precisions)}): TensorRT chose other kernels"
     )
+
+
+_RECORD = "precision.json"  # in the engine folder: cached with the engines it describes
+
+
+def check_engine_precision(
+    onnx_path: Path,
+    method: str,
+    options: Mapping[str, str],
+    batch: int,
+    shape: tuple[int, ...],
+    folder: Path | None,
+) -> dict[str, int] | None:
+    """Compute layers per data type of the graph's TensorRT engine, checked against ``method``.
+
+    Read from ``folder`` (the trial's engine folder, see
+    :func:`automl.trials.trial.engine_folder`) where an earlier trial wrote it, else built
+    (:func:`build_and_inspect`) and written there.
+
+    Returns:
+        The counts (see :func:`compute_precisions`); None without the ``tensorrt`` package.
+
+    Raises:
+        TrialFailed: The engine runs none of its compute layers in the method's precision.
+    """
+    record = folder / _RECORD if folder is not None else None
+    if record is not None and record.is_file():
+        precisions = json.loads(record.read_text())
+    else:
+        try:
+            import tensorrt  # noqa: F401
+        except ImportError:
+            return None
+        precisions = compute_precisions(build_and_inspect(onnx_path, options, batch, shape))
+        if record is not None:
+            record.write_text(json.dumps(precisions))
+    if refusal := precision_refusal(method, precisions):
+        raise TrialFailed(refusal)
+    return precisions
 
 
 def build_and_inspect(

@@ -17,6 +17,7 @@ from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
 from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.pipeline.timers import backend_session
+from automl.pipeline.trt_engine import check_engine_precision
 from automl.records import QUANTIZATION_GAIN
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
@@ -130,6 +131,8 @@ def run_trial(
             budgets=latency_budgets(constraints, candidate.batch_size), method=quantized.method,
             engine_dir=engine_dir, optimization=candidate.graph_optimization,
         )  # fmt: skip
+        precision = _engine_precision(quantized.path, target, quantized.method, candidate,
+                                      data.input_shape, engine_dir)  # fmt: skip
     metrics = {
         "accuracy": evaluation.accuracy,
         "test_accuracy": test_evaluation.accuracy,
@@ -176,6 +179,7 @@ def run_trial(
             "onnx_max_abs_diff": onnx_diff,
             **({"layers": built["layers"]} if "layers" in built else {}),
             **({"baseline": asdict(baseline)} if baseline else {}),
+            **({"engine_precision": precision} if precision is not None else {}),
         },
         reused=stages.reused,
         serving=served and served["record"],
@@ -287,6 +291,23 @@ def _torch_device(target: Target) -> str:
     if target.kind == "cuda" and torch.cuda.is_available():
         return "cuda"
     return "cpu"
+
+
+def _engine_precision(
+    path: Path,
+    target: Target,
+    method: str,
+    candidate: Candidate,
+    shape: tuple[int, ...],
+    engine_dir: Path | None,
+) -> dict[str, int] | None:
+    """On TensorRT, the compute layers per data type of the graph's engine (see
+    :func:`automl.pipeline.trt_engine.check_engine_precision`); None elsewhere."""
+    backend = target.backend_for(method)
+    if TRT not in backend.providers:
+        return None
+    options = backend.provider_options(method).get(TRT, {})
+    return check_engine_precision(path, method, options, candidate.batch_size, shape, engine_dir)
 
 
 def engine_folder(

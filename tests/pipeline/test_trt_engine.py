@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from automl.pipeline.trt_engine import CLAIMED, compute_precisions, precision_refusal
+from automl.errors import TrialFailed
+from automl.pipeline.trt_engine import (
+    CLAIMED,
+    check_engine_precision,
+    compute_precisions,
+    precision_refusal,
+)
 
 
 def layer(name: str, kind: str, parameter: str, data_type: str) -> dict:
@@ -56,3 +64,20 @@ def test_an_engine_built_without_detailed_profiling_cannot_tell() -> None:
     # ONNX Runtime's own engines are built so: their inspector lists layer names only.
     with pytest.raises(ValueError, match="layer names only: build it with detailed profiling"):
         compute_precisions({"Layers": ["/conv", "/fc"]})
+
+
+def test_a_trial_reads_the_precision_kept_with_its_engines_and_fails_on_none(tmp_path) -> None:
+    # The record sits in the engine folder, published with the engines it describes.
+    (tmp_path / "precision.json").write_text('{"fp16": 3}')
+    args = ({"trt_fp16_enable": "True"}, 8, (1, 8, 8), tmp_path)
+
+    assert check_engine_precision(tmp_path / "g.onnx", "fp16", *args) == {"fp16": 3}
+    with pytest.raises(TrialFailed, match="none of its compute layers in int8"):
+        check_engine_precision(tmp_path / "g.onnx", "int8-trt", *args)
+
+
+def test_without_the_tensorrt_package_nothing_is_recorded(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # import tensorrt raises ImportError
+    options = {"trt_int8_enable": "True"}
+
+    assert check_engine_precision(tmp_path / "g.onnx", "int8-trt", options, 8, (64,), None) is None
