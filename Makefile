@@ -18,9 +18,10 @@ install: $(STAMP)
 # constraints.txt. Both ORT builds ship the `onnxruntime` package, and the base dependencies bring
 # the CPU one, so both are removed after the install and the GPU build is put back on its own.
 # `make install-gpu GPU_EXTRAS=dev,gpu,tensorrt` adds TensorRT, whose libraries NVIDIA publishes
-# on its own index (PyPI's tensorrt-cu13-libs is a placeholder that fetches from there).
+# on its own index (PyPI's tensorrt-cu13-libs is a placeholder that fetches from there). The index
+# is added only then: pip asks every index for every package, and retries one it cannot reach.
 GPU_EXTRAS ?= dev,gpu
-GPU_INDEX := --extra-index-url https://pypi.nvidia.com
+GPU_INDEX = $(if $(findstring tensorrt,$(GPU_EXTRAS)),--extra-index-url https://pypi.nvidia.com)
 install-gpu: $(STAMP)
 	$(BIN)/pip install -q $(GPU_INDEX) -c constraints.txt -c constraints-gpu.txt -e '.[$(GPU_EXTRAS)]'
 	$(BIN)/pip uninstall -q -y onnxruntime onnxruntime-gpu
