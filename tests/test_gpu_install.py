@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import onnx
@@ -44,12 +44,16 @@ def test_onnx_saves_graphs_at_an_ir_version_onnx_runtime_reads() -> None:
 
 @pytest.mark.slow
 def test_the_gpu_install_resolves_to_one_onnx_runtime_on_cuda_13(tmp_path) -> None:
-    # What `make install-gpu` asks pip for, resolved by pip (from PyPI) without installing it.
+    # make install-gpu's own pip command, resolved by pip (from PyPI) without installing it.
+    planned = subprocess.run(
+        ["make", "-n", "install-gpu"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    command = shlex.split(next(line for line in planned.splitlines() if "constraints-gpu" in line))
+    assert command[1:2] == ["install"], command
     report = tmp_path / "report.json"
+    dry_run = ["--dry-run", "--ignore-installed", "--report", str(report)]
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-         "--report", str(report), "-c", "constraints.txt", "-c", "constraints-gpu.txt",
-         ".[dev,gpu]"],
+        [*command[:2], *dry_run, *command[2:]],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     offline = ("Failed to establish a new connection", "Temporary failure in name resolution")
