@@ -131,8 +131,8 @@ def run_trial(
             budgets=latency_budgets(constraints, candidate.batch_size), method=quantized.method,
             engine_dir=engine_dir, optimization=candidate.graph_optimization,
         )  # fmt: skip
-        precision = _engine_precision(quantized.path, target, quantized.method, candidate,
-                                      data.input_shape, engine_dir)  # fmt: skip
+        precision = _engine_precision(quantized.path, target, quantized.method,
+                                      candidate.batch_size, data.input_shape, engine_dir)  # fmt: skip
     metrics = {
         "accuracy": evaluation.accuracy,
         "test_accuracy": test_evaluation.accuracy,
@@ -297,7 +297,7 @@ def _engine_precision(
     path: Path,
     target: Target,
     method: str,
-    candidate: Candidate,
+    batch_size: int,
     shape: tuple[int, ...],
     engine_dir: Path | None,
 ) -> dict[str, int] | None:
@@ -307,7 +307,7 @@ def _engine_precision(
     if TRT not in backend.providers:
         return None
     options = backend.provider_options(method).get(TRT, {})
-    return check_engine_precision(path, method, options, candidate.batch_size, shape, engine_dir)
+    return check_engine_precision(path, method, options, batch_size, shape, engine_dir)
 
 
 def engine_folder(

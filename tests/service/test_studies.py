@@ -386,8 +386,7 @@ def test_a_study_of_an_earlier_automl_says_why_its_data_fingerprint_moved(env):
 
 
 def test_a_max_rate_study_first_tries_the_settings_of_the_highest_bound(env):
-    # The most instances, the largest batch and the middle delay go first, so that later
-    # trials meet a high rate to beat; the sampler draws the model's knobs.
+    # Queued first, so that later trials meet a high rate to beat; the sampler draws the rest.
     _, storage, _ = env
     study = create_study(_spec(search_space="digits-serving"), storage, check_data=False)
     fixed_rate = _spec(name="at-500", search_space="digits-serving",
