@@ -234,8 +234,11 @@ def measure_timing(v: Verdicts) -> dict[str, Any]:
     return m
 
 
-def judge_runtime(v: Verdicts) -> None:
-    """ONNX Runtime's GPU providers, started as automl starts them, and what a session says."""
+def judge_runtime(v: Verdicts, gpu_listed: bool) -> None:
+    """ONNX Runtime's GPU providers, started as automl starts them, and what a session says.
+
+    Where ``nvidia-smi`` listed no GPU, a provider that does not start is UNKNOWN, with why.
+    """
     try:
         import onnxruntime as ort
 
@@ -249,16 +252,25 @@ def judge_runtime(v: Verdicts) -> None:
         v.unknown(RUNTIME, f"onnxruntime {ort.__version__} here has no {CUDA} "
                            "(install: make install-gpu)")  # fmt: skip
         return
+    failures = {}
     for claim, provider in (("cuda_provider_starts", CUDA), ("tensorrt_provider_starts", TRT)):
-        failure = v.measure(claim, lambda p=provider: provider_failure(p) or "", 30)
-        v.say(claim, None if failure is None else not failure, failure or "a session started")
+        failure = failures[provider] = v.measure(
+            claim, lambda p=provider: provider_failure(p) or "", 30
+        )
+        if failure and not gpu_listed:
+            v.say(claim, None, f"no NVIDIA GPU here, and it did not start: {failure}")
+        else:
+            v.say(claim, None if failure is None else not failure, failure or "a session started")
     load_gpu_libraries()
-    cuda = get_backend("ort-cuda")
-    options = cuda.provider_options("fp32", cuda_graph=True)
-    session = ort.InferenceSession(probe_model(), providers=[(CUDA, options[CUDA])])
-    reported = session.get_provider_options()
-    v.say("cuda_graph_reported_by_the_session", cuda.runs_cuda_graph(reported),
-          json.dumps(reported.get(CUDA, {}))[:400])  # fmt: skip
+    if failures[CUDA] != "":
+        v.say("cuda_graph_reported_by_the_session", None, f"{CUDA} did not start")
+    else:
+        cuda = get_backend("ort-cuda")
+        options = cuda.provider_options("fp32", cuda_graph=True)
+        session = ort.InferenceSession(probe_model(), providers=[(CUDA, options[CUDA])])
+        reported = session.get_provider_options()
+        v.say("cuda_graph_reported_by_the_session", cuda.runs_cuda_graph(reported),
+              json.dumps(reported.get(CUDA, {}))[:400])  # fmt: skip
     versions = gpu_runtime_versions()
     v.say("runtime_versions_from_loaded_libraries", versions["cudnn"] is not None,
           json.dumps(versions))  # fmt: skip
@@ -302,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         judge_timing(v, measure_timing(v))
     else:
         v.unknown(TIMING, f"torch {torch.__version__} sees no CUDA device")
-    judge_runtime(v)
+    judge_runtime(v, bool(gpus))
     if v.data["verdicts"][0]["verdict"] == "HOLDS":
         run_gpu_check(v, args.out.with_name("gpu_check.json"))
     v.data["exit_status"] = v.exit_status()

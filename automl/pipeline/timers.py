@@ -40,7 +40,7 @@ from automl.pipeline._ort import (
 from automl.pipeline.ort_packages import gpu_runtime_versions
 from automl.pipeline.placement import check_copies, check_placement, node_placements
 from automl.targets import require_present
-from automl.targets.presence import gpu_identity
+from automl.targets.presence import gpu_identity, provider_failure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -284,8 +284,10 @@ def _session_on(
         )
     provider, wanted = session.get_providers()[0], backend.provider
     if provider != wanted:
-        cuda = target.kind == "cuda"
-        hint = f" (can it load the libraries of `{backend.install}`?)" if cuda else ""
+        hint = ""
+        if target.kind == "cuda":
+            why = provider_failure(wanted) or "it started in a probe"
+            hint = f" ({wanted} did not start: {why}; its libraries come with `{backend.install}`)"
         raise TargetUnavailable(
             f"target {target.name!r} measures {method} on ONNX Runtime's {wanted}, but this "
             f"session runs the model on {provider}{hint}. Latency is never measured on another "

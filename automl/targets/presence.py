@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from functools import cache
@@ -318,6 +319,31 @@ def provider_failure(provider: str) -> str | None:
     else:
         if done.returncode == 0:
             return None
-        why = (done.stderr.strip().splitlines() or ["registered another provider"])[-1]
+        why = probe_reason(done.stderr)
     logger.warning("%s does not start here: %s", provider, why)
+    return why
+
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_LOAD_ERROR = re.compile(r"Failed to load library \S+ with error: (.+)")
+DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def probe_reason(stderr: str) -> str:
+    """The reason in a failed probe's ``stderr``, in one line without colour codes.
+
+    A provider library that cannot load makes ONNX Runtime log the missing library, then end
+    with generic advice to install CUDA and cuDNN; the missing library is the reason. The
+    driver's own library is named as such: no install of automl's brings it.
+    """
+    text = _COLOUR.sub("", stderr)
+    loads = _LOAD_ERROR.findall(text)
+    if not loads:
+        return (text.strip().splitlines() or ["registered another provider"])[-1]
+    why = loads[-1].strip()
+    if why.startswith(DRIVER_LIBRARY):
+        why += (
+            " (the NVIDIA driver's library: this host has no NVIDIA driver, or this container "
+            "does not see it)"
+        )
     return why

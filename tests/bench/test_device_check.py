@@ -130,3 +130,25 @@ def test_timing_claims_are_judged_from_the_measurements(tmp_path) -> None:
     assert "after 10 runs only: 1.8" in v.data["verdicts"][0]["evidence"]
     assert v.exit_status() == 1
     assert json.loads((tmp_path / "out.json").read_text())["verdicts"] == v.data["verdicts"]
+
+
+@pytest.mark.parametrize(("gpu_listed", "verdict"), [(False, "UNKNOWN"), (True, "FAILS")])
+def test_a_gpu_build_whose_providers_cannot_load_fails_only_where_a_gpu_is_listed(
+    monkeypatch, tmp_path, gpu_listed, verdict
+) -> None:
+    # onnxruntime-gpu on a host without the driver: both providers listed, neither loads.
+    import onnxruntime
+
+    from automl.targets import presence
+
+    listed = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: listed)
+    monkeypatch.setattr(presence, "provider_failure", lambda p: f"libcuda.so.1 missing for {p}")
+    v = dc.Verdicts(tmp_path / "out.json", 60)
+
+    dc.judge_runtime(v, gpu_listed)
+
+    verdicts = verdicts_of(v)
+    assert verdicts["cuda_provider_starts"] == verdicts["tensorrt_provider_starts"] == verdict
+    assert verdicts["cuda_graph_reported_by_the_session"] == "UNKNOWN"  # no session to ask
+    assert "libcuda.so.1 missing for CUDAExecutionProvider" in v.data["verdicts"][0]["evidence"]
