@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from automl.catalog import get_backend
 from automl.errors import SpecError, TargetUnavailable
 from automl.pipeline import latency as latency_module
 from automl.pipeline import timers as timers_module
@@ -226,7 +227,8 @@ def test_a_session_off_the_target_s_provider_is_refused_never_timed(
 ) -> None:
     # As if an H100 and onnxruntime-gpu were here, and the session fell back to the CPU.
     monkeypatch.setattr(timers_module, "require_present", lambda target, methods=(): None)
-    session = make_session(onnx_model, load_target("h100").execution_providers, 1)
+    # fp32 runs on ort-cuda; with a GPU build and no driver here, CUDA does not start either.
+    session = make_session(onnx_model, get_backend("ort-cuda").providers, 1)
 
     with pytest.raises(TargetUnavailable, match="runs the model on CPUExecutionProvider"):
         measure_latency(session, load_target("h100"), samples, 1, method="fp32")
