@@ -8,9 +8,10 @@ providers), trains a small digits CNN on the CPU, and for each method and latenc
 (and whether every compute node ran on the backend's provider), the median of
 **device-resident** runs (IO binding, inputs and outputs on the GPU, synchronised), the median
 of **end-to-end** runs (the batch copied in, the outputs copied back), accuracy on the GPU
-against the CPU execution provider, and, where an NVIDIA target matches this GPU, the trial's
+against the graph as written (the CPU provider with no graph rewrites: each Q/DQ node on its
+own, layers in fp32), and, where an NVIDIA target matches this GPU, the trial's
 own ``measure_latency`` (a CUDA graph where ONNX Runtime captures one). Without the CUDA
-provider, the same methods run on the CPU provider instead (no device figures), so the recipes
+provider, the same methods run on that reference instead (no device figures), so the recipes
 are still checked. Then one ``automl study start --target T --n-trials 4`` end to end, T being
 the NVIDIA target this machine matches.
 
@@ -186,7 +187,7 @@ def _cpu_p50(session: Any, batch: np.ndarray) -> float:
 def method_row(
     report: Report, method: str, backend_name: str, fp32: Path, data: Any, workdir: Path
 ) -> dict[str, Any]:
-    """Quantize by ``method``, run it on the backend and on the CPU EP, and check it."""
+    """Quantize by ``method``, run it on the backend and as written (see above), and check it."""
     backend = get_backend(backend_name)
     provider = backend.provider if backend.provider in _providers() else CPU
     name = f"{method} on {provider}"
@@ -194,9 +195,11 @@ def method_row(
     out = workdir / "quantized" / f"{method}.onnx"
     path = quantize_method(fp32, out, method, calibration=data.x_calib).path
     unsafe = get_method(method).unsafe_rewrites
-    cpu_session = make_session(path, [CPU], 1, disabled_optimizers=unsafe)
-    row["accuracy_cpu_ep"] = _accuracy(cpu_session, data.x_test, data.y_test)
-    session = cpu_session
+    # Not the CPU's fused int8 kernels: on CPUs without VNNI their S8S8 products saturate
+    # (int8-trt's digits CNN scores 0.59 there, 0.92 as written).
+    reference = make_session(path, [CPU], 1, optimization="disable")
+    row["accuracy_as_written"] = _accuracy(reference, data.x_test, data.y_test)
+    session = reference
     if provider != CPU:
         options = backend.provider_options(method, workdir / "tensorrt")
         session = make_session(path, backend.providers, 1, options, unsafe)
@@ -210,12 +213,12 @@ def method_row(
     except TrialFailed as e:  # it names the stray nodes
         report.check(f"{name}: compute nodes placed", "fail", str(e))
     row["accuracy"] = _accuracy(session, data.x_test, data.y_test)
-    gap = abs(row["accuracy"] - row["accuracy_cpu_ep"])
+    gap = abs(row["accuracy"] - row["accuracy_as_written"])
     bound = ACCURACY_TOLERANCE[method]
     report.check(
-        f"{name}: accuracy against the CPU EP",
+        f"{name}: accuracy against the graph as written",
         "pass" if gap <= bound else "fail",
-        f"{row['accuracy']:.4f} vs {row['accuracy_cpu_ep']:.4f} (bound {bound})",
+        f"{row['accuracy']:.4f} vs {row['accuracy_as_written']:.4f} (bound {bound})",
     )
     for batch_size in BATCHES:
         batch = np.ascontiguousarray(data.x_test[np.arange(batch_size) % len(data.x_test)])

@@ -35,3 +35,7 @@ def test_without_a_gpu_it_checks_the_recipes_on_the_cpu_and_exits_2(tmp_path) ->
     methods = {row["method"] for row in report["methods"]}
     assert methods == {"fp32", "fp16", "int8-trt", "fp8-trt"}  # every recipe, on the CPU
     assert report["environment"]["trial_versions"].keys() == {"cuda", "cudnn", "tensorrt"}
+    # The reference is the graph as written: int8-trt within its bound of fp32, as TensorRT
+    # computes it, not the CPU's fused int8 kernels (0.59 against 0.91 on a CPU without VNNI).
+    as_written = {row["method"]: row["accuracy_as_written"] for row in report["methods"]}
+    assert abs(as_written["int8-trt"] - as_written["fp32"]) <= 0.02, as_written
