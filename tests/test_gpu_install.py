@@ -70,3 +70,31 @@ def test_the_gpu_install_resolves_to_one_onnx_runtime_on_cuda_13(tmp_path) -> No
     assert resolved["nvidia-cublas"].startswith("13.")  # CUDA 13, as torch 2.13's own
     assert "nvidia-cudnn-cu13" in resolved
     assert resolved["torch"].split("+")[0] == "2.13.0"
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in ort.get_available_providers(),
+    reason="needs the GPU build: make test-gpu-build runs it",
+)
+def test_the_gpu_build_starts_its_providers_or_stops_at_the_driver() -> None:
+    # Its libraries load from pip's wheels: on a host without a GPU, only the driver's is missing,
+    # never cuBLAS, cuDNN or an IR version the runtime refuses.
+    import importlib.util
+
+    from automl.targets.nvidia_smi import detect_gpu_names
+    from automl.targets.presence import DRIVER_LIBRARY, provider_failure
+
+    gpus = detect_gpu_names()
+    cuda, trt = (
+        provider_failure(p) for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+    )
+    if gpus:
+        assert cuda is None
+    else:
+        assert cuda.startswith(DRIVER_LIBRARY) and "driver" in cuda, cuda
+    if importlib.util.find_spec("tensorrt_libs") is None:
+        assert trt.startswith("libnvinfer.so.10"), trt  # the tensorrt extra brings it
+    elif gpus:
+        assert trt is None
+    else:
+        assert not any(lib in trt for lib in ("libnvinfer", "libcublas", "libcudnn")), trt
