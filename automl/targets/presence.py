@@ -19,7 +19,7 @@ import sys
 from functools import cache
 from typing import TYPE_CHECKING
 
-from automl.catalog import TRT, get_backend
+from automl.catalog import CPU, get_backend
 from automl.errors import TargetUnavailable
 from automl.targets.gpus import VISIBLE, current_gpu, list_gpus
 from automl.targets.nvidia_smi import (
@@ -218,7 +218,7 @@ def require_present(target: Target, methods: Sequence[str] = ()) -> None:
         cpu = target.kind == "cpu"
         refusal = None if cpu else runtime_refusal(target, _ort_providers(target, methods), methods)
         if refusal:
-            raise TargetUnavailable(refusal + _trt_failure(refusal))
+            raise TargetUnavailable(refusal + _start_failures(target, methods))
         return
     if gpus:
         seen = "; ".join(device_refusal(target, g) or repr(g) for g in gpus)
@@ -240,19 +240,36 @@ def _needed(target: Target, methods: Sequence[str]) -> list[Backend]:
     return list(needed) or [get_backend(target.backends[0])]
 
 
+def _gpu_providers(target: Target, methods: Sequence[str]) -> list[str]:
+    """The GPU providers that ``methods`` need on ``target``, in order."""
+    needed = (p for b in _needed(target, methods) for p in b.providers if p != CPU)
+    return list(dict.fromkeys(needed))
+
+
 def _ort_providers(target: Target, methods: Sequence[str]) -> list[str]:
     """The providers of the ONNX Runtime here that can measure ``methods`` (imported only now).
 
-    ``get_available_providers()`` lists the providers a build has. ONNX Runtime loads
-    TensorRT's own libraries only when a session starts, so TensorRT counts only when
-    :func:`provider_starts` says so; that is asked only when a method needs TensorRT.
+    ``get_available_providers()`` lists the providers a build has, even where they cannot
+    load: a GPU build lists CUDA on a host without the driver, and ONNX Runtime loads a
+    provider's libraries only when a session starts. So a GPU provider that ``methods`` need
+    counts only when :func:`provider_starts` says so.
     """
     import onnxruntime
 
+    needed = _gpu_providers(target, methods)
     providers = list(onnxruntime.get_available_providers())
-    if TRT in providers and any(TRT in b.providers for b in _needed(target, methods)):
-        providers = [p for p in providers if p != TRT or provider_starts(p)]
-    return providers
+    return [p for p in providers if p not in needed or provider_starts(p)]
+
+
+def _start_failures(target: Target, methods: Sequence[str]) -> str:
+    """Why the GPU providers that ``methods`` need, and that this build has, do not start."""
+    import onnxruntime
+
+    available = onnxruntime.get_available_providers()
+    needed = [p for p in _gpu_providers(target, methods) if p in available]
+    said = [f"{p} failed to start with: {provider_failure(p)}" for p in needed
+            if provider_failure(p)]  # fmt: skip
+    return f" ({'; '.join(said)})" if said else ""
 
 
 # The probe's graph is written in an IR version every ONNX Runtime we support reads: onnx's
@@ -286,16 +303,6 @@ def probe_model() -> bytes:
         graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=PROBE_IR_VERSION
     )
     return model.SerializeToString()
-
-
-def _trt_failure(refusal: str) -> str:
-    """What the TensorRT probe said, for a refusal that names TensorRT, where the build has it."""
-    import onnxruntime
-
-    if TRT not in refusal or TRT not in onnxruntime.get_available_providers():
-        return ""
-    failure = provider_failure(TRT)
-    return f" ({TRT} failed to start with: {failure})" if failure else ""
 
 
 def provider_starts(provider: str) -> bool:
@@ -343,7 +350,7 @@ def probe_reason(stderr: str) -> str:
     why = loads[-1].strip()
     if why.startswith(DRIVER_LIBRARY):
         why += (
-            " (the NVIDIA driver's library: this host has no NVIDIA driver, or this container "
-            "does not see it)"
+            " (the NVIDIA driver's library, which no pip install brings: install the driver, "
+            "or give this container the GPU, as `docker run --gpus all` does)"
         )
     return why

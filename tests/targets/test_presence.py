@@ -66,7 +66,7 @@ TRT_STDERR = (
     ("stderr", "reason"),
     [
         (CUDA_STDERR, "libcuda.so.1: cannot open shared object file: No such file or directory "
-                      "(the NVIDIA driver's library: this host has no NVIDIA driver"),
+                      "(the NVIDIA driver's library, which no pip install brings"),
         (TRT_STDERR, "libnvinfer.so.10: cannot open shared object file: No such file or directory"),
         ("\x1b[0;93mSome other failure\x1b[m\n", "Some other failure"),
         ("", "registered another provider"),
@@ -79,3 +79,19 @@ def test_a_probe_names_the_library_that_did_not_load_not_the_generic_advice(
 
     why = probe_reason(stderr)
     assert why.startswith(reason) and "\x1b" not in why and "Please install" not in why
+
+
+@pytest.mark.usefixtures("a100_host")
+def test_a_gpu_build_whose_provider_cannot_start_is_refused_before_any_work(monkeypatch) -> None:
+    # A GPU build lists CUDA on any host; here none starts (no driver, or the CPU build's probe
+    # lands on the CPU). The refusal comes before training, with the probe's reason.
+    from automl.errors import TargetUnavailable
+    from automl.targets import is_present, load_target, require_present
+
+    listed = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: listed)
+    a100 = load_target("a100")
+
+    assert not is_present(a100)
+    with pytest.raises(TargetUnavailable, match="CUDAExecutionProvider failed to start with: "):
+        require_present(a100, ["fp32"])

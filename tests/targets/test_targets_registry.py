@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,25 +26,6 @@ from automl.targets.presence import gpu_identity, runtime_refusal
 NAMES = sorted(
     p.stem for p in (Path(__file__).resolve().parents[2] / "automl" / "targets").glob("*.yaml")
 )
-# What `nvidia-smi` prints on a host with two A100s, the first in MIG mode, per query.
-FAKE_NVIDIA_SMI = """#!/bin/sh
-case "$1" in
-  --query-gpu=name,mig.mode.current)
-    printf 'NVIDIA A100-SXM4-80GB, Enabled\\nNVIDIA A100-SXM4-80GB, Disabled\\n' ;;
-  --query-gpu=index,uuid,driver_version,name,mig.mode.current)
-    printf '0, GPU-aaaa, 580.65.06, NVIDIA A100-SXM4-80GB, Enabled\\n'
-    printf '1, GPU-bbbb, 580.65.06, NVIDIA A100-SXM4-80GB, Disabled\\n' ;;
-  *) exit 6 ;;
-esac
-"""
-
-
-def fake_a100_host(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Put an ``nvidia-smi`` that reports A100s first on the PATH: the GPU absent here."""
-    exe = folder / "nvidia-smi"
-    exe.write_text(FAKE_NVIDIA_SMI)
-    exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -325,8 +305,8 @@ def test_nvidia_smi_identities_are_parsed_line_by_line() -> None:
     ]
 
 
-def test_the_gpu_identity_is_the_first_gpu_that_can_measure_the_target(tmp_path, monkeypatch):
-    fake_a100_host(tmp_path, monkeypatch)
+@pytest.mark.usefixtures("a100_host")
+def test_the_gpu_identity_is_the_first_gpu_that_can_measure_the_target():
 
     assert gpu_identity(load_target("a100")) == {  # the first whole GPU: not the MIG one
         "index": "1",
@@ -337,10 +317,8 @@ def test_the_gpu_identity_is_the_first_gpu_that_can_measure_the_target(tmp_path,
     assert gpu_identity(load_target("h100")) is None
 
 
-def test_the_gpu_identity_is_this_process_s_gpu_when_cuda_visible_devices_names_it(
-    tmp_path, monkeypatch
-):
-    fake_a100_host(tmp_path, monkeypatch)
+@pytest.mark.usefixtures("a100_host")
+def test_the_gpu_identity_is_this_process_s_gpu_when_cuda_visible_devices_names_it(monkeypatch):
     a100 = load_target("a100")
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbbb")
@@ -374,8 +352,8 @@ def test_int8_and_fp8_need_tensorrt_and_the_refusal_names_its_install() -> None:
 @pytest.mark.skipif(
     "CUDAExecutionProvider" in ort.get_available_providers(), reason="onnxruntime-gpu is here"
 )
-def test_a_gpu_host_without_onnxruntime_gpu_is_refused_naming_the_fix(tmp_path, monkeypatch):
-    fake_a100_host(tmp_path, monkeypatch)  # the real (CPU) ONNX Runtime lacks the CUDA provider
+@pytest.mark.usefixtures("a100_host")  # the real (CPU) ONNX Runtime lacks the CUDA provider
+def test_a_gpu_host_without_onnxruntime_gpu_is_refused_naming_the_fix():
     a100 = load_target("a100")
 
     assert is_present(a100, detect_gpu_names())  # the hardware, by name
