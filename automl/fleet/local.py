@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import shlex
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -16,6 +17,7 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
+from automl.errors import TargetUnavailable
 from automl.fleet.study_loop import GracefulStop, LoopResult, run_study_loop, storage_unreachable
 from automl.hosts import worker_name
 from automl.progress import rich_progress
@@ -263,6 +265,8 @@ def _worker_process(name: str, url: str, index: int, environment: dict[str, str]
         )
     except KeyboardInterrupt:  # the parent was aborted: Optuna has marked the trial FAIL
         return
+    except TargetUnavailable as e:  # this process's GPU cannot measure; the others go on
+        sys.stderr.write(f"error: job {index}: {e}\n")
 
 
 _ENDED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)

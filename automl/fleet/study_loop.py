@@ -183,6 +183,11 @@ def run_study_loop(
 
     Returns:
         How many trials this loop ran and why it stopped.
+
+    Raises:
+        TargetUnavailable: This host cannot measure the study's target: before any trial, or
+            in a trial, which is then FAIL with that reason. The loop stops there rather than
+            fail every trial of a shared study from one broken host.
     """
     existing, spec = load(name, storage)
     # A resumed study must not replay the draws of its first run: shift the seed by history.
@@ -235,6 +240,8 @@ def run_study_loop(
             )  # fmt: skip
             if stop is not None and stop.aborted:  # an abort that a library turned into an error
                 raise Aborted
+            if objective.unavailable is not None:  # every trial here would fail: stop this loop
+                raise objective.unavailable
         except Exception as e:
             if _reaped_while_running(storage, objective.trial_id, e):
                 ran += 1

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from automl.errors import Aborted, DataError, InputRefused
+from automl.errors import Aborted, DataError, InputRefused, TargetUnavailable
 from automl.hosts import worker_name
 from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.records import (
@@ -57,6 +57,8 @@ class StudyObjective:
     trial_id: int | None = None  # the trial this objective last started
     aborted: Callable[[], bool] = lambda: False  # whether a second Ctrl-C has come
     data_root: str | None = None  # a REST submission's: its files must still lie under it
+    # Why this host could not measure the last trial: the host's fault, not the candidate's.
+    unavailable: TargetUnavailable | None = None
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.trial_id = trial._trial_id
@@ -76,6 +78,8 @@ class StudyObjective:
                 raise Aborted from e
             # Recorded for `study show` and the API; Optuna then marks the trial FAIL.
             trial.set_user_attr(FAIL_REASON, f"{type(e).__name__}: {e}")
+            if isinstance(e, TargetUnavailable):
+                self.unavailable = e
             raise
         except KeyboardInterrupt:  # a second Ctrl-C: Optuna marks the trial FAIL and re-raises
             trial.set_user_attr(FAIL_REASON, INTERRUPTED)
