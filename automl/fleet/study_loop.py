@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
-from automl.errors import Aborted, InputRefused
+from automl.errors import Aborted, AutomlError, InputRefused
 from automl.fleet.tracking import tracker
 from automl.inputs.data import cached_dataset
 from automl.records import DATA_ROOT_ATTR, MODEL_METRICS, STOP_ATTR
@@ -189,6 +189,7 @@ def run_study_loop(
             in a trial, which is then FAIL with that reason. The loop stops there rather than
             fail every trial of a shared study from one broken host.
     """
+    _quiet_known_failures()
     existing, spec = load(name, storage)
     # A resumed study must not replay the draws of its first run: shift the seed by history.
     offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
@@ -258,6 +259,23 @@ def run_study_loop(
         ran, outage_s = ran + 1, 0.0
         if on_trial_end is not None:
             on_trial_end(study)
+
+
+class _KnownFailureFilter(logging.Filter):
+    """Drops the traceback from Optuna's "Trial N failed" line when automl raised the error:
+    its message says what went wrong (and the trial's ``fail_reason`` keeps it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], AutomlError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_known_failures() -> None:
+    """Install :class:`_KnownFailureFilter` on the logger of Optuna's trial loop, once."""
+    optimize_logger = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, _KnownFailureFilter) for f in optimize_logger.filters):
+        optimize_logger.addFilter(_KnownFailureFilter())
 
 
 def storage_unreachable(error: BaseException) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from automl.candidate import TrainConfig
+from automl.errors import TrialFailed
 
 if TYPE_CHECKING:
     from automl.inputs.data import Dataset
@@ -50,6 +52,9 @@ def train(
 
     Returns:
         The trained model (on CPU, in eval mode) and its history.
+
+    Raises:
+        TrialFailed: An epoch's loss is not finite: training diverged.
     """
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -82,10 +87,14 @@ def train(
             optimizer.step()
             total_loss += loss.detach().double() * len(rows)
         scheduler.step()
+        mean_loss = total_loss.item() / len(x)
+        if not math.isfinite(mean_loss):
+            raise TrialFailed(
+                f"training diverged: the loss of epoch {epoch + 1} is {mean_loss}; a lower "
+                f"learning rate than train.lr {config.lr:g} may train"
+            )
         val_accuracy = accuracy(model, data.x_val, data.y_val, device=device)
-        history.append(
-            {"epoch": epoch + 1, "loss": total_loss.item() / len(x), "val_accuracy": val_accuracy}
-        )
+        history.append({"epoch": epoch + 1, "loss": mean_loss, "val_accuracy": val_accuracy})
     return TrainResult(model=model.cpu().eval(), history=tuple(history))
 
 

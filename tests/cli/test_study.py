@@ -254,6 +254,8 @@ def test_a_study_that_fails_exits_1_and_resumes_with_retry_failed(cli):
     out = cli(*args, check=False)
     assert out.returncode == 1, out.stderr
     assert "too many failed trials" in out.stdout and "--retry-failed" in out.stdout
+    said = out.stdout + out.stderr  # each failure in a line: the loss, not a traceback
+    assert "training diverged" in said and "Traceback" not in said
     space.write_text(body + "  train.lr: {type: fixed, value: 0.01}\n")
     again = cli(*args, check=False)
     assert again.returncode == 1 and count_state(cli.storage, "COMPLETE") == 0

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
 from automl.candidate import ArchConfig, TrainConfig
+from automl.errors import TrialFailed
 from automl.models import build_model
 from automl.pipeline.train import accuracy, train
 
@@ -30,3 +32,10 @@ def test_threads_are_pinned(digits):
     model = build_model(ArchConfig("mlp", 8, 1), digits.input_shape, digits.num_classes)
     train(model, digits, TrainConfig(epochs=1), threads=1)
     assert torch.get_num_threads() == 1
+
+
+def test_a_diverging_loss_fails_the_trial_naming_the_learning_rate(digits):
+    # Left to run, the NaN model fails later, as ONNX outputs that "differ from torch".
+    model = build_model(ArchConfig("mlp", 8, 1), digits.input_shape, digits.num_classes)
+    with pytest.raises(TrialFailed, match=r"diverged: the loss of epoch 1 is nan.*train.lr 1e\+30"):
+        train(model, digits, TrainConfig(epochs=2, lr=1e30))
