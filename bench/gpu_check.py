@@ -340,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_study:
                 nvidia = _present_nvidia()
                 run_study(report, nvidia[0] if nvidia else None, workdir)
+        except ModuleNotFoundError as e:  # a machine without automl's dependencies: no finding
+            report.check("gpu_check", "missing", f"{e}: install automl's dependencies first")
         except Exception as e:  # a broken environment is a result too: record it, write the JSON
             report.check("gpu_check", "fail", f"{type(e).__name__}: {e}")
     report.data["seconds"] = round(time.perf_counter() - started, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,21 @@ def test_without_a_gpu_it_checks_the_recipes_on_the_cpu_and_exits_2(tmp_path) ->
     # computes it, not the CPU's fused int8 kernels (0.59 against 0.91 on a CPU without VNNI).
     as_written = {row["method"]: row["accuracy_as_written"] for row in report["methods"]}
     assert abs(as_written["int8-trt"] - as_written["fp32"]) <= 0.02, as_written
+
+
+def test_a_machine_without_a_dependency_is_missing_it_not_failing(tmp_path) -> None:
+    # As on a lent GPU machine whose image lacks scikit-learn: nothing about the GPU is known.
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "sklearn.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'sklearn'\")\n"
+    )
+    out = tmp_path / "gpu_check.json"
+    env = {**os.environ, "PYTHONPATH": f"{blocked}{os.pathsep}{ROOT}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_check", "--no-study", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+
+    status = {c["name"]: c["status"] for c in json.loads(out.read_text())["checks"]}
+    assert status["gpu_check"] == "missing" and done.returncode == 2, done.stdout + done.stderr
