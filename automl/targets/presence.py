@@ -266,9 +266,8 @@ def _start_failures(target: Target, methods: Sequence[str]) -> str:
     import onnxruntime
 
     available = onnxruntime.get_available_providers()
-    needed = [p for p in _gpu_providers(target, methods) if p in available]
-    said = [f"{p} failed to start with: {provider_failure(p)}" for p in needed
-            if provider_failure(p)]  # fmt: skip
+    failures = {p: provider_failure(p) for p in _gpu_providers(target, methods) if p in available}
+    said = [f"{p} failed to start with: {why}" for p, why in failures.items() if why]
     return f" ({'; '.join(said)})" if said else ""
 
 
