@@ -38,6 +38,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(_FAMILIES)
 # The layouts of one sample: flat features (F,), signals (C, L), images (C, H, W), or int64
 # token ids (L,) with a vocabulary.
 LAYOUTS = ("features", "signals", "images", "tokens")
+# The ops a per-layer method keeps or converts one by one: its "layers".
+LAYER_OPS = ("Conv", "Gemm", "MatMul")
 INT8_MODES = ("static", "dynamic")
 
 
@@ -118,8 +120,8 @@ class Method(_Entry):
         keep: Sequence[str] = (),
         only: Sequence[str] = (),
     ) -> None:
-        """As :meth:`convert`, the layers (node names) in ``keep`` left in fp32; with ``only``,
-        no layer but those is quantized.
+        """As :meth:`convert`, the layers (node names, of :data:`LAYER_OPS`) in ``keep`` left in
+        fp32, reading fp32 inputs; with ``only``, no layer but those is quantized.
 
         Raises:
             SpecError: The method quantizes the whole graph (it is not :attr:`per_layer`).

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
+from automl.catalog import LAYER_OPS
 from automl.pipeline._ort import feed, input_dtype, input_name
 from automl.pipeline.timers import backend_session
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
     from automl.targets import Target
 
-LAYER_OPS = ("Conv", "Gemm", "MatMul")
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Cast"})
 LAYOUT_OPS = frozenset({"Transpose", "ReorderInput", "ReorderOutput"})
 OTHER = "other"  # time of nodes that belong to no layer (layout changes, pooling, the input's)

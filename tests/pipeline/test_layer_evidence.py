@@ -69,3 +69,45 @@ def test_a_layer_that_alone_breaks_the_accuracy_budget_is_kept_first() -> None:
     rows = [_row("slower", 0.0, 1.0, 1.4), _row("costly", 0.02, 1.0, 0.1)]  # 0.02 per ms
     assert keep_order(rows) == ["slower", "costly"]
     assert keep_order(rows, budget=0.01) == ["costly", "slower"]  # 2 points > a 1-point budget
+
+
+@pytest.fixture(scope="module")
+def padded_net(digits, tmp_path_factory) -> onnx.ModelProto:
+    """A net whose first conv pads by replicating edges: a Pad node stands before it."""
+    import torch
+    from torch import nn
+
+    from automl.pipeline.export import export_onnx
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1, padding_mode="replicate"), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10),
+    ).eval()  # fmt: skip
+    path = tmp_path_factory.mktemp("padded") / "padded.onnx"
+    return export_onnx(model, digits.x_test[:64], path).path
+
+
+def _quantized_tensors(path) -> set[str]:
+    graph = onnx.load(str(path)).graph
+    return {n.input[0] for n in graph.node if n.op_type == "QuantizeLinear"}
+
+
+def test_a_kept_layer_reads_its_input_in_fp32_through_the_nodes_before_it(
+    padded_net, digits, tmp_path
+) -> None:
+    layers = [
+        n.name for n in onnx.load(str(padded_net)).graph.node if n.op_type in ("Conv", "Gemm")
+    ]
+    first = quantize_method(
+        padded_net, tmp_path / "first.onnx", "int8-mixed",
+        calibration=digits.x_calib, keep=layers[:1],
+    )  # fmt: skip
+    assert _fp32_layers(first.path) == set(layers[:1])
+    assert "input" not in _quantized_tensors(first.path)  # the Pad before it stays fp32 too
+    every = quantize_method(
+        padded_net, tmp_path / "every.onnx", "int8-mixed",
+        calibration=digits.x_calib, keep=layers,
+    )  # fmt: skip
+    assert _quantized_tensors(every.path) == set()  # no ReLU, pooling or Pad between them either

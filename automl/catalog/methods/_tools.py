@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
+from collections import defaultdict
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from automl.catalog._registry import LAYER_OPS
 from automl.errors import UnsupportedQuantization
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     import numpy as np
+    import onnx
 
 _CALIBRATION_BATCH = 128
 # quantize_static's warnings about what a recipe intends (see _quiet_expected_warnings).
@@ -56,8 +59,9 @@ def to_qdq(
     """Static QDQ quantization with per-channel weights, calibrated on ``calibration``.
 
     ``activations`` and ``weights`` name a ``QuantType``, ``calibrate`` a ``CalibrationMethod``.
-    The nodes named in ``exclude`` stay fp32; with ``only``, no other node is quantized. Node
-    names are those of ``src`` (ORT's pre-processing keeps them).
+    The nodes named in ``exclude`` stay fp32, with the nodes that only serve them (see
+    :func:`fp32_region`); with ``only``, no other node is quantized. Node names are those of
+    ``src`` (ORT's pre-processing keeps them).
     """
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -80,9 +84,59 @@ def to_qdq(
                 activation_type=getattr(QuantType, activations),
                 calibrate_method=getattr(CalibrationMethod, calibrate),
                 extra_options=extra or {},
-                nodes_to_exclude=list(exclude),
+                nodes_to_exclude=fp32_region(graph, exclude),
                 nodes_to_quantize=list(only),
             )
+
+
+def fp32_region(graph: onnx.GraphProto, keep: Sequence[str]) -> list[str]:
+    """``keep`` (layers left in fp32) and the other nodes whose quantization would serve kept
+    layers only.
+
+    A node that is not a layer (of :data:`LAYER_OPS`) is added when every layer that its outputs
+    reach, through other such nodes, is kept (a Pad or a Clip before a kept Conv), or when it
+    reaches no layer and every layer that reaches it is kept (the pooling after the last one).
+    ORT would otherwise quantize such a node, and a kept layer would read an int8-rounded input.
+    """
+    if not keep:
+        return []
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    producer = {out: node for node in graph.node for out in node.output}
+    for node in graph.node:
+        for name in node.input:
+            consumers[name].append(node)
+
+    def ahead(node: onnx.NodeProto) -> list[onnx.NodeProto]:
+        return [c for out in node.output for c in consumers[out]]
+
+    def behind(node: onnx.NodeProto) -> list[onnx.NodeProto]:
+        return [producer[name] for name in node.input if name in producer]
+
+    kept = set(keep)
+    served = []
+    for node in graph.node:
+        if node.name and node.op_type not in LAYER_OPS:
+            layers = _layers_reached(node, ahead) or _layers_reached(node, behind)
+            if layers and layers <= kept:
+                served.append(node.name)
+    return [*keep, *served]
+
+
+def _layers_reached(
+    start: onnx.NodeProto, step: Callable[[onnx.NodeProto], list[onnx.NodeProto]]
+) -> set[str]:
+    """The layers that ``step`` reaches from ``start`` through nodes that are not layers."""
+    layers: set[str] = set()
+    seen: set[int] = set()
+    todo = [start]
+    while todo:
+        for node in step(todo.pop()):
+            if node.op_type in LAYER_OPS:
+                layers.add(node.name)
+            elif id(node) not in seen:
+                seen.add(id(node))
+                todo.append(node)
+    return layers
 
 
 class _ArrayReader:
