@@ -25,49 +25,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from bench._common import run_study
+from bench.models import MODELS, BenchModel
 
 SAMPLERS = ("default", "random")
-WIDTH = 64
 BOOTSTRAP = 10_000
 
 
-def digits_cnn() -> nn.Module:
-    """The benchmark's CNN: three 3x3 convs of 64 channels on the 1x8x8 digits."""
-    layers: list[nn.Module] = []
-    channels = 1
-    for _ in range(3):
-        layers += [nn.Conv2d(channels, WIDTH, 3, padding=1), nn.BatchNorm2d(WIDTH), nn.ReLU()]
-        channels = WIDTH
-    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    model.add_module("classifier", nn.Linear(WIDTH, 10))
-    return model
-
-
-def digits_mobilenet() -> nn.Module:
-    """The benchmark's depthwise-separable net: the ``mobilenet`` family, 32 wide, two stages
-    of two blocks."""
-    from automl.candidate import ArchConfig
-    from automl.models import build_model
-
-    arch = ArchConfig("mobilenet", 32, 2, stages=2)
-    return build_model(arch, (1, 8, 8), 10, seed=0)
-
-
-MODELS = {"cnn": digits_cnn, "mobilenet": digits_mobilenet}
-
-
-def pretrain(factory, path: Path, epochs: int) -> float:
-    """Train a model on digits as a trained model's study feeds them (raw pixels, not
-    standardised), save its state dict; returns its validation accuracy."""
+def pretrain(model: BenchModel, source: str, path: Path, epochs: int) -> float:
+    """Train a model on ``source`` as a trained model's study feeds it (not standardised),
+    save its state dict; returns its validation accuracy."""
     from automl.candidate import TrainConfig
     from automl.inputs.data import load_dataset
     from automl.pipeline.train import train
 
-    data = load_dataset("digits", standardize="none")
-    result = train(factory(), data, TrainConfig(epochs=epochs))
+    data = load_dataset(source, standardize="none")
+    result = train(model.factory(), data, TrainConfig(epochs=epochs))
     torch.save(result.model.state_dict(), path)
     return result.history[-1]["val_accuracy"]
 
@@ -101,11 +75,11 @@ def ratio_interval(default: list[float], random: list[float], seed: int = 0) -> 
 
 def run_model(name: str, tmp: Path, args: argparse.Namespace) -> None:
     """The studies of one model, and its summary."""
-    weights = tmp / f"{name}.pt"
-    accuracy = pretrain(MODELS[name], weights, args.epochs)
+    weights, source = tmp / f"{name}.pt", MODELS[name].source(tmp)
+    accuracy = pretrain(MODELS[name], source, weights, args.epochs)
     print(f"\n## {name}: validation accuracy {accuracy:.4f}\n")
     model = {  # the study refuses a model that does not reach this accuracy on its data
-        "factory": f"bench.optimize:digits_{name}",
+        "factory": f"bench.models:{MODELS[name].factory.__name__}",
         "weights": str(weights),
         "expected_accuracy": accuracy,
     }
@@ -117,7 +91,8 @@ def run_model(name: str, tmp: Path, args: argparse.Namespace) -> None:
     for seed in args.seeds:
         for sampler in SAMPLERS:
             study, _ = run_study(
-                tmp / f"{name}-{sampler}-{seed}", model=model, sampler=sampler, seed=seed,
+                tmp / f"{name}-{sampler}-{seed}", model=model, dataset=source, sampler=sampler,
+                seed=seed,
                 n_trials=args.trials, name=f"optimize-{name}-{sampler}-{seed}",
                 trials_per_model=1 if sampler == "random" else 6,
             )  # fmt: skip

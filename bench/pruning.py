@@ -1,7 +1,7 @@
 """Does structured pruning pay? Pruned channel counts on and off the kernels' block.
 
 Run: ``.venv/bin/python -m bench.pruning [--rounds 5]``.
-The two models of :mod:`bench.optimize` (a 64-channel CNN and a depthwise-separable net) are
+The models of :mod:`bench.models` (a 64-channel CNN and two depthwise-separable nets) are
 pruned by torch-pruning at several ratios, once keeping whatever channel count the ratio gives
 and once rounding it to a multiple of 8 (the ``cpu`` target's ``channel_multiple``). Every
 graph's fp32 per-sample latency on the CPU target is measured once per round, rounds
@@ -24,7 +24,7 @@ from automl.inputs.data import load_dataset
 from automl.pipeline.export import export_onnx
 from automl.pipeline.latency import measure_latency
 from automl.targets import load_target
-from bench.optimize import MODELS
+from bench.models import MODELS
 
 RATIOS = (0.2, 0.4, 0.6)
 
@@ -32,7 +32,7 @@ RATIOS = (0.2, 0.4, 0.6)
 def pruned_graphs(name: str, tmp: Path) -> dict[str, Path]:
     """The unpruned graph and those pruned at every ratio, with and without rounding."""
     data = load_dataset("digits")
-    base = MODELS[name]().eval()
+    base = MODELS[name].factory().eval()
     example = torch.from_numpy(data.x_train[:1])
     graphs = {"unpruned": export_onnx(base, data.x_test[:64], tmp / f"{name}.onnx").path}
     for ratio in RATIOS:
