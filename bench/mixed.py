@@ -1,6 +1,6 @@
 """Mixed precision on trained models: what keeping layers in fp32 recovers, and what it costs.
 
-Run: ``.venv/bin/python -m bench.mixed [--rounds 5] [--batch 8] [--epochs 6] [--seeds 0 1 2 3 4]``.
+Run: ``.venv/bin/python -m bench.mixed [--rounds 5] [--batch 8] [--epochs N] [--seeds 0 1 2 3 4]``.
 The models of :mod:`bench.models` are trained on their data (digits, or dim digits for
 ``mobilenet_v2``), once per seed. For each, the fp32 graph, full ``int8-static`` and
 ``int8-mixed`` keeping the first k layers of the model's evidence order (k = 1 .. all) are
@@ -65,7 +65,7 @@ def accuracy(path: Path, method: str, data: Dataset) -> float:
 
 def run_seed(name: str, data: Dataset, tmp: Path, seed: int, args: argparse.Namespace) -> dict:
     """The table of one model trained from ``seed``; returns its summary figures."""
-    built = graphs(name, data, tmp, args.epochs, args.batch, seed)
+    built = graphs(name, data, tmp, args.epochs or MODELS[name].epochs, args.batch, seed)
     cpu, x = load_target("cpu"), data.x_test
     times: dict[str, list[float]] = {label: [] for label in built}
     for _ in range(args.rounds):
