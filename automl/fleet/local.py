@@ -42,11 +42,13 @@ if TYPE_CHECKING:
 
     from automl.search.spec import StudySpec
 
+UNAVAILABLE = "unavailable-here"  # job 0 could not measure; its helpers ran the study on
 _ENDINGS = {
     "interrupted": "stopped by Ctrl-C after its running trial",
     "signal": "stopped by SIGTERM after its running trial",
     "stopped": "stopped by `automl study stop`",
     "too-many-failures": "too many failed trials",
+    UNAVAILABLE: "run by the other jobs (job 0 could not measure its target)",
 }
 
 
@@ -78,7 +80,8 @@ def run_here(
 
     Returns:
         The exit code: 130 after Ctrl-C (one press or two), 1 when a study ended on too many
-        failures, else 0. Once Ctrl-C has ended the run, SIGINT is ignored: the process is on
+        failures, 3 when this process could not measure a study's target while other jobs ran
+        it on, else 0. Once Ctrl-C has ended the run, SIGINT is ignored: the process is on
         its way out, and Python restores the default action (death by SIGINT) while it
         finalizes.
     """
@@ -103,7 +106,9 @@ def run_here(
                 for command in resume:
                     console.print(f"Resume with: {command}", highlight=False)
                 return 130 if ended.reason == "interrupted" else 0
-            if ended.reason == "too-many-failures":
+            if ended.reason == UNAVAILABLE:
+                code = 3  # as TargetUnavailable exits, once the other jobs have ended
+            elif ended.reason == "too-many-failures":
                 code = 1
                 console.print(
                     f"`automl study show {spec.name}` lists the failures and their reasons; "
@@ -169,10 +174,7 @@ def run_local(
         with rich_progress(console) as progress:
             task = progress.add_task(name, total=spec.n_trials, status="starting")
             with _refreshing(progress, task, _Status(study, spec.n_trials)):
-                result = run_study_loop(
-                    name, storage, artifact_store=open_artifact_store(settings),
-                    settings=settings, stop=stop,
-                )  # fmt: skip
+                result = _loop_here(name, storage, stop, helpers, console)
                 for process in helpers:
                     if stop.requested:  # a stop that came before they could be told
                         process.terminate()
@@ -190,6 +192,32 @@ def run_local(
     else:
         console.print("no complete trial yet")
     return LoopResult(ran=result.ran, reason=reason)
+
+
+def _loop_here(
+    name: str,
+    storage: BaseStorage,
+    stop: GracefulStop,
+    helpers: list[BaseProcess],
+    console: Console,
+) -> LoopResult:
+    """This process's loop (job 0). Where it cannot measure the target while helpers run, it
+    says so and leaves the study to them, as a helper that cannot measure does.
+
+    Raises:
+        TargetUnavailable: It cannot measure, and no helper runs.
+    """
+    settings = get_settings()
+    try:
+        return run_study_loop(
+            name, storage, artifact_store=open_artifact_store(settings), settings=settings,
+            stop=stop,
+        )  # fmt: skip
+    except TargetUnavailable as e:
+        if not helpers:
+            raise
+        console.print(f"error: job 0: {e}; the other jobs go on", highlight=False)
+        return LoopResult(ran=0, reason=UNAVAILABLE)  # its trials are in the study, as FAIL
 
 
 def _start_helpers(
