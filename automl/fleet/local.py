@@ -8,9 +8,6 @@ import os
 import shlex
 import signal
 import sys
-import threading
-from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import optuna
@@ -18,7 +15,8 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from automl.errors import TargetUnavailable
-from automl.fleet.study_loop import GracefulStop, LoopResult, run_study_loop, storage_unreachable
+from automl.fleet.progress_line import Status, refreshing
+from automl.fleet.study_loop import GracefulStop, LoopResult, run_study_loop
 from automl.hosts import worker_name
 from automl.progress import rich_progress
 from automl.records import FAIL_REASON, WORKER
@@ -33,12 +31,11 @@ from automl.targets.presence import serves_any
 from automl.trials.objective import INTERRUPTED
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from multiprocessing.process import BaseProcess
 
     from optuna.storages import BaseStorage
     from rich.console import Console
-    from rich.progress import Progress
 
     from automl.search.spec import StudySpec
 
@@ -173,7 +170,7 @@ def run_local(
         helpers = _start_helpers(name, storage_url or settings.storage, environments[1:], stop)
         with rich_progress(console) as progress:
             task = progress.add_task(name, total=spec.n_trials, status="starting")
-            with _refreshing(progress, task, _Status(study, spec.n_trials)):
+            with refreshing(progress, task, Status(study, spec.n_trials)):
                 result = _loop_here(name, storage, stop, helpers, console)
                 for process in helpers:
                     if stop.requested:  # a stop that came before they could be told
@@ -295,110 +292,3 @@ def _worker_process(name: str, url: str, index: int, environment: dict[str, str]
         return
     except TargetUnavailable as e:  # this process's GPU cannot measure; the others go on
         sys.stderr.write(f"error: job {index}: {e}\n")
-
-
-_ENDED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-
-
-@dataclass
-class _Status:
-    """The progress line: trial counts, read each second, and the front, read after a trial."""
-
-    study: optuna.Study
-    n_trials: int | None
-    counts: dict[str, int] = field(default_factory=dict)
-    front: str = ""
-    mean_s: float | None = None  # of a COMPLETE trial
-    logged: set[int] = field(default_factory=set)  # trials whose end is in the log already
-
-    def __post_init__(self) -> None:
-        self.logged = {t.number for t in self.study.get_trials(deepcopy=False, states=_ENDED)}
-
-    def refresh(self) -> list[str]:
-        """Count the trials; read the front and the mean duration again when one has ended.
-
-        Returns:
-            One line per trial that has ended since the last refresh, for a log.
-        """
-        counts, _ = state_counts(self.study._storage, self.study._study_id)
-        ended = [counts[s] for s in ("COMPLETE", "FAIL")]
-        if ended == [self.counts.get(s) for s in ("COMPLETE", "FAIL")]:
-            self.counts = counts
-            return []
-        self._read_front()
-        self.counts = counts
-        finished = self.study.get_trials(deepcopy=False, states=_ENDED)
-        new = [t for t in finished if t.number not in self.logged]
-        self.logged |= {t.number for t in new}
-        return [self._line(t) for t in sorted(new, key=lambda t: t.number)]
-
-    def _line(self, trial: optuna.trial.FrozenTrial) -> str:
-        total = f"/{self.n_trials}" if self.n_trials is not None else ""
-        done = f"{self.counts['COMPLETE']}{total} complete"
-        if trial.state.name == "FAIL":
-            what = f"failed: {trial.user_attrs.get('fail_reason', 'no reason recorded')}"
-        else:
-            a = trial.user_attrs
-            what = f"accuracy {a['accuracy']:.3f}, {a['latency_per_sample_ms']:.4g} ms/sample"
-        return f"{self.study.study_name}: trial {trial.number} {what}  ({done}, {self.text()})"
-
-    def text(self) -> str:
-        """The line's text, latency in ms per sample."""
-        c = self.counts
-        return f"running {c['RUNNING']}  failed {c['FAIL']}  eta {self._eta()}  {self.front}"
-
-    def _read_front(self) -> None:
-        trials = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials]
-        self.mean_s = sum(spans) / len(spans) if spans else None
-        front = self.study.best_trials
-        best = max(front, key=lambda t: t.user_attrs.get("accuracy", 0.0), default=None)
-        self.front = f"front {len(front)}"
-        if best is not None:
-            self.front += (
-                f"  best acc {best.user_attrs['accuracy']:.3f}"
-                f" @ {best.user_attrs['latency_per_sample_ms']:.4f} ms/sample"
-            )
-
-    def _eta(self) -> str:
-        if self.n_trials is None or self.mean_s is None:
-            return "-"
-        left = max(self.n_trials - self.counts["COMPLETE"], 0)
-        return str(timedelta(seconds=round(left * self.mean_s / max(self.counts["RUNNING"], 1))))
-
-
-@contextlib.contextmanager
-def _refreshing(
-    progress: Progress, task: int, status: _Status, every_s: float = 1.0
-) -> Iterator[None]:
-    """Refresh the progress line every ``every_s`` while the block runs, and once after it.
-
-    Polling shows a trial as running from its start, helpers' trials included; a trial-end
-    callback would count only this process's trials, and only once they ended. Without a
-    terminal (a log), each trial that ends prints one line instead.
-    """
-
-    def show() -> None:
-        for line in status.refresh():
-            if not progress.console.is_terminal:
-                progress.console.print(line, highlight=False)
-        progress.update(task, completed=status.counts["COMPLETE"], status=status.text())
-
-    def poll() -> None:
-        while not done.wait(every_s):
-            try:
-                show()
-            except Exception as e:  # the loop retries an outage; the line waits for it
-                if not storage_unreachable(e):
-                    raise
-
-    done = threading.Event()
-    show()
-    thread = threading.Thread(target=poll, name="progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-    show()
