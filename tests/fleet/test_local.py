@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import optuna
+import pytest
 from rich.console import Console
 
 from automl.errors import TargetUnavailable
@@ -16,6 +17,7 @@ from automl.storage.factory import open_storage
 from automl.trials import objective
 
 
+@pytest.mark.slow  # a helper process runs a whole study
 def test_job_0_that_cannot_measure_leaves_the_study_to_the_other_jobs(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path}/s.db"
     monkeypatch.setenv("AUTOML_STORAGE", url)  # the helper reads its settings as a worker does
