@@ -111,3 +111,16 @@ def test_a_kept_layer_reads_its_input_in_fp32_through_the_nodes_before_it(
         calibration=digits.x_calib, keep=layers,
     )  # fmt: skip
     assert _quantized_tensors(every.path) == set()  # no ReLU, pooling or Pad between them either
+
+
+def test_a_node_after_a_quantized_layer_stays_quantized_with_it(padded_net, digits, tmp_path):
+    graph = onnx.load(str(padded_net)).graph
+    layers = [n.name for n in graph.node if n.op_type in ("Conv", "Gemm")]
+    relu = next(n.output[0] for n in graph.node if n.op_type == "Relu")  # after the first conv
+    second = quantize_method(
+        padded_net, tmp_path / "second.onnx", "int8-mixed",
+        calibration=digits.x_calib, keep=layers[1:2],
+    )  # fmt: skip
+    assert _fp32_layers(second.path) == set(layers[1:2])
+    # The first conv's output is int8-rounded anyway; its ReLU stays fused with it.
+    assert relu in _quantized_tensors(second.path)

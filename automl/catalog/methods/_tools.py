@@ -93,10 +93,12 @@ def fp32_region(graph: onnx.GraphProto, keep: Sequence[str]) -> list[str]:
     """``keep`` (layers left in fp32) and the other nodes whose quantization would serve kept
     layers only.
 
-    A node that is not a layer (of :data:`LAYER_OPS`) is added when every layer that its outputs
-    reach, through other such nodes, is kept (a Pad or a Clip before a kept Conv), or when it
-    reaches no layer and every layer that reaches it is kept (the pooling after the last one).
-    ORT would otherwise quantize such a node, and a kept layer would read an int8-rounded input.
+    A node that is not a layer (of :data:`LAYER_OPS`) is added when every layer next to it is
+    kept: those that its outputs reach and those that reach it, through other such nodes (a Pad
+    between the input and a kept Conv, a Clip between two kept ones). ORT would otherwise
+    quantize it, and a kept layer would read an int8-rounded input. A node next to a quantized
+    layer stays quantized with it (a Clip after a quantized Conv): that layer's output is
+    int8-rounded anyway, and ORT fuses the two.
     """
     if not keep:
         return []
@@ -116,7 +118,7 @@ def fp32_region(graph: onnx.GraphProto, keep: Sequence[str]) -> list[str]:
     served = []
     for node in graph.node:
         if node.name and node.op_type not in LAYER_OPS:
-            layers = _layers_reached(node, ahead) or _layers_reached(node, behind)
+            layers = _layers_reached(node, ahead) | _layers_reached(node, behind)
             if layers and layers <= kept:
                 served.append(node.name)
     return [*keep, *served]

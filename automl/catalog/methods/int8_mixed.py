@@ -21,7 +21,7 @@ class Int8Mixed(Int8Static):
     for the least measured time, and those that int8 does not make faster."""
 
     name = "int8-mixed"
-    cache_tag = "qdq-u8s8-per-channel-reduce-range-keeping-inputs"
+    cache_tag = "qdq-u8s8-per-channel-reduce-range-keeping-with-neighbours"
     legacy = None
     per_layer = True
 
