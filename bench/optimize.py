@@ -42,6 +42,7 @@ def pretrain(model: BenchModel, source: str, path: Path, epochs: int) -> float:
     from automl.pipeline.train import train
 
     data = load_dataset(source, standardize="none")
+    torch.manual_seed(0)  # the same model in every run: torch seeds each process at random
     result = train(model.factory(), data, TrainConfig(epochs=epochs))
     torch.save(result.model.state_dict(), path)
     return result.history[-1]["val_accuracy"]
