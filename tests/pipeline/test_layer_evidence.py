@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import onnx
 import pytest
 
@@ -9,6 +11,9 @@ from automl.errors import SpecError
 from automl.pipeline.layer_evidence import LayerEvidence, keep_order, layer_evidence
 from automl.pipeline.quantize import quantize_method
 from automl.targets import load_target
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +77,7 @@ def test_a_layer_that_alone_breaks_the_accuracy_budget_is_kept_first() -> None:
 
 
 @pytest.fixture(scope="module")
-def padded_net(digits, tmp_path_factory) -> onnx.ModelProto:
+def padded_net(digits, tmp_path_factory) -> Path:
     """A net whose first conv pads by replicating edges: a Pad node stands before it."""
     import torch
     from torch import nn
