@@ -6,10 +6,13 @@ COMPLETE or RUNNING, so concurrent workers stop at exactly ``n_trials`` COMPLETE
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
 import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -52,6 +55,10 @@ class GracefulStop:
     one call. The C handler writes one byte per signal to the wakeup pipe, so presses are counted
     from it, and a second Ctrl-C is never taken for the first. SIGUSR1 aborts at once: a parent
     passes its second Ctrl-C on to its helper processes that way.
+
+    A handler may run inside a weakref callback or a ``__del__`` (SQLAlchemy has them), where
+    Python swallows what it raises. An abort swallowed there is raised again, at once, in the
+    code that the callback interrupted.
     """
 
     def __init__(self) -> None:
@@ -63,6 +70,8 @@ class GracefulStop:
         self._bytes = 0  # SIGINT bytes read from the wakeup pipe
         self._pipe: tuple[int, int, int] | None = None  # read end, write end, previous fd
         self._previous: dict[int, object] = {}
+        self._previous_hook = sys.unraisablehook
+        self._reraise = False  # a swallowed abort waits to be raised again
 
     def install(self, *, sigint: bool = True) -> GracefulStop:
         """Install the handlers (main thread only).
@@ -81,6 +90,7 @@ class GracefulStop:
         self._pipe = (read, write, signal.set_wakeup_fd(write, warn_on_full_buffer=False))
         # Optuna logs an aborted trial with the traceback of the KeyboardInterrupt.
         logging.getLogger("optuna.study._optimize").addFilter(self._quiet_after_abort)
+        self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._swallowed
         return self
 
     def uninstall(self) -> None:
@@ -94,8 +104,12 @@ class GracefulStop:
             os.close(write)
             self._pipe = None
         logging.getLogger("optuna.study._optimize").removeFilter(self._quiet_after_abort)
+        sys.unraisablehook = self._previous_hook
 
     def _handle(self, signum: int, _frame: object) -> None:
+        if self._reraise:
+            self._reraise = False
+            raise Aborted
         seen = max(self._calls, self._bytes)
         self._calls += signum == signal.SIGINT
         self._bytes += self._read_wakeups().count(signal.SIGINT)
@@ -133,6 +147,16 @@ class GracefulStop:
         self._tell_helpers(signal.SIGUSR1)
         logger.warning(message)
         raise Aborted
+
+    def _swallowed(self, unraisable: sys.UnraisableHookArgs) -> None:
+        if not isinstance(unraisable.exc_value, Aborted):
+            self._previous_hook(unraisable)
+            return
+        # Raising here would be swallowed too: a thread trips the handler once this returns.
+        self._reraise = True
+        timer = threading.Timer(0.01, _thread.interrupt_main, (signal.SIGUSR1,))
+        timer.daemon = True
+        timer.start()
 
     def _tell_helpers(self, signum: int) -> None:
         for pid in self.helpers:
