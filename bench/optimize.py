@@ -1,7 +1,8 @@
 """Optimizing a trained model: does the default sampler beat random search, and by how much?
 
-Run: ``.venv/bin/python -m bench.optimize [--trials 20] [--seeds 0 1 ... 9] [--epochs N]``.
-The models of :mod:`bench.models` are trained once on their data and saved: a CNN (three
+Run: ``.venv/bin/python -m bench.optimize [--trials 20] [--seeds 0 1 ... 9] [--epochs N]
+[--pretrain-seeds 0 1 2] [--trials-per-model 6]``. The models of :mod:`bench.models` are trained on their data, from
+each pretrain seed (default 0 alone), and saved: a CNN (three
 64-channel convs) and a depthwise-separable net (the catalog's ``mobilenet`` family) on digits,
 and a MobileNetV2-like net on dim digits, where full int8 loses over 1 %. For each model and
 seed, a study of that model on the shipped ``trained-model`` space (objectives: accuracy drop and
@@ -14,7 +15,9 @@ batch of 1 over the trial's, measured beside it), the trial that first reached 9
 the best quantization gain among feasible quantized trials. Per model, the summary gives the
 ratio of mean best speedups (default over random) with a 95 % bootstrap interval over seeds
 (paired: both samplers of a seed are resampled together), and the mean trial at which each
-reached 90 % of its best. Trial 0 of every study is the baseline.
+reached 90 % of its best. With several pretrain seeds, a pooled summary follows, its interval
+resampling seeds within each pretrained model, with the range of the per-model ratios. Trial 0 of
+every study is the baseline.
 """
 
 from __future__ import annotations
@@ -34,15 +37,15 @@ SAMPLERS = ("default", "random")
 BOOTSTRAP = 10_000
 
 
-def pretrain(model: BenchModel, source: str, path: Path, epochs: int) -> float:
-    """Train a model on ``source`` as a trained model's study feeds it (not standardised),
-    save its state dict; returns its validation accuracy."""
+def pretrain(model: BenchModel, source: str, path: Path, epochs: int, seed: int = 0) -> float:
+    """Train a model on ``source`` as a trained model's study feeds it (not standardised), from
+    torch seed ``seed``, and save its state dict; returns its validation accuracy."""
     from automl.candidate import TrainConfig
     from automl.inputs.data import load_dataset
     from automl.pipeline.train import train
 
     data = load_dataset(source, standardize="none")
-    torch.manual_seed(0)  # the same model in every run: torch seeds each process at random
+    torch.manual_seed(seed)  # the same model in every run: torch seeds each process at random
     result = train(model.factory(), data, TrainConfig(epochs=epochs))
     torch.save(result.model.state_dict(), path)
     return result.history[-1]["val_accuracy"]
@@ -64,28 +67,63 @@ def summarize(study) -> tuple[float, int | None, float | None]:
     return best, at, max(gains, default=None)
 
 
-def ratio_interval(default: list[float], random: list[float], seed: int = 0) -> tuple[float, ...]:
-    """The ratio of means, default over random, and its paired 95 % bootstrap interval."""
+def ratio_interval(
+    default: list[float], random: list[float], groups: list[int] | None = None, seed: int = 0
+) -> tuple[float, ...]:
+    """The ratio of means, default over random, and its paired 95 % bootstrap interval.
+
+    With ``groups`` (one label per pair: its pretrained model), pairs are resampled within their
+    group, so that every model keeps its share of the mean.
+    """
     pairs = np.array([default, random])
+    labels = np.zeros(pairs.shape[1], dtype=int) if groups is None else np.asarray(groups)
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, pairs.shape[1], size=(BOOTSTRAP, pairs.shape[1]))
+    picks = np.concatenate(
+        [
+            rng.choice(members, size=(BOOTSTRAP, members.size))
+            for members in (np.flatnonzero(labels == label) for label in np.unique(labels))
+        ],
+        axis=1,
+    )
     means = pairs[:, picks].mean(axis=2)
     ratios = means[0] / np.maximum(means[1], 1e-12)
     low, high = np.percentile(ratios, [2.5, 97.5])
     return float(pairs[0].mean() / max(pairs[1].mean(), 1e-12)), float(low), float(high)
 
 
+Rows = dict[str, list[tuple[float, int | None]]]
+
+
 def run_model(name: str, tmp: Path, args: argparse.Namespace) -> None:
-    """The studies of one model, and its summary."""
-    weights, source = tmp / f"{name}.pt", MODELS[name].source(tmp)
-    accuracy = pretrain(MODELS[name], source, weights, args.epochs or MODELS[name].epochs)
-    print(f"\n## {name}: validation accuracy {accuracy:.4f}\n")
+    """The studies of one model, pretrained from each of ``args.pretrain_seeds``, and summaries."""
+    pooled: Rows = {sampler: [] for sampler in SAMPLERS}
+    groups, ratios = [], []
+    for pretrain_seed in args.pretrain_seeds:
+        rows = _studies(name, tmp, args, pretrain_seed)
+        report(f"{name}, pretrained from seed {pretrain_seed}", rows, args.trials)
+        ratios.append(_ratio(rows))
+        for sampler in SAMPLERS:
+            pooled[sampler] += rows[sampler]
+        groups += [pretrain_seed] * len(rows["default"])
+    if len(args.pretrain_seeds) > 1:
+        report(f"{name}, all {len(ratios)} pretrained models", pooled, args.trials, groups)
+        print(f"{name}: ratio per pretrained model {min(ratios):.2f} to {max(ratios):.2f}")
+
+
+def _studies(name: str, tmp: Path, args: argparse.Namespace, pretrain_seed: int) -> Rows:
+    """Both samplers' studies on each seed, for the model pretrained from ``pretrain_seed``."""
+    weights, source = tmp / f"{name}-{pretrain_seed}.pt", MODELS[name].source(tmp)
+    epochs = args.epochs or MODELS[name].epochs
+    accuracy = pretrain(MODELS[name], source, weights, epochs, pretrain_seed)
+    print(
+        f"\n## {name}, pretrained from seed {pretrain_seed}: validation accuracy {accuracy:.4f}\n"
+    )
     model = {  # the study refuses a model that does not reach this accuracy on its data
         "factory": f"bench.models:{MODELS[name].factory.__name__}",
         "weights": str(weights),
         "expected_accuracy": accuracy,
     }
-    rows: dict[str, list[tuple[float, int | None]]] = {sampler: [] for sampler in SAMPLERS}
+    rows: Rows = {sampler: [] for sampler in SAMPLERS}
     print(
         "| seed | sampler | best speedup (drop <= 1 %) | trial at 90 % of it | best gain over fp32 |"
     )
@@ -93,25 +131,35 @@ def run_model(name: str, tmp: Path, args: argparse.Namespace) -> None:
     for seed in args.seeds:
         for sampler in SAMPLERS:
             study, _ = run_study(
-                tmp / f"{name}-{sampler}-{seed}", model=model, dataset=source, sampler=sampler,
-                seed=seed,
-                n_trials=args.trials, name=f"optimize-{name}-{sampler}-{seed}",
-                trials_per_model=1 if sampler == "random" else 6,
+                tmp / f"{name}-{pretrain_seed}-{sampler}-{seed}", model=model, dataset=source,
+                sampler=sampler, seed=seed, n_trials=args.trials,
+                name=f"optimize-{name}-{pretrain_seed}-{sampler}-{seed}",
+                trials_per_model=1 if sampler == "random" else args.trials_per_model,
             )  # fmt: skip
             best, at, gain = summarize(study)
             rows[sampler].append((best, at))
             shown = "-" if gain is None else f"{gain:.2f}x"
             print(f"| {seed} | {sampler} | {best:.2f}x | {at} | {shown} |", flush=True)
+    return rows
+
+
+def _ratio(rows: Rows) -> float:
+    return ratio_interval([b for b, _ in rows["default"]], [b for b, _ in rows["random"]])[0]
+
+
+def report(label: str, rows: Rows, trials: int, groups: list[int] | None = None) -> None:
+    """Print the ratio of mean best speedups with its interval, and when each sampler got there."""
     ratio, low, high = ratio_interval(
-        [b for b, _ in rows["default"]], [b for b, _ in rows["random"]]
+        [b for b, _ in rows["default"]], [b for b, _ in rows["random"]], groups
     )
     means = {s: statistics.mean(b for b, _ in rows[s]) for s in SAMPLERS}
-    reached = {s: statistics.mean(a or args.trials for _, a in rows[s]) for s in SAMPLERS}
+    reached = {s: statistics.mean(a or trials for _, a in rows[s]) for s in SAMPLERS}
     print(
-        f"\n{name}: mean best speedup default {means['default']:.2f}x, random "
+        f"\n{label}: mean best speedup default {means['default']:.2f}x, random "
         f"{means['random']:.2f}x; ratio {ratio:.2f} (95 % bootstrap interval {low:.2f}-{high:.2f},"
-        f" {len(args.seeds)} seeds); mean trial at 90 % of the best: default "
-        f"{reached['default']:.1f}, random {reached['random']:.1f} of {args.trials}"
+        f" {len(rows['default'])} studies each); mean trial at 90 % of the best: default "
+        f"{reached['default']:.1f}, random {reached['random']:.1f} of {trials}",
+        flush=True,
     )
 
 
@@ -130,6 +178,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    parser.add_argument(
+        "--trials-per-model", type=int, default=6,
+        help="the default sampler's trials_per_model (random search has 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pretrain-seeds", type=int, nargs="+", default=[0],
+        help="torch seeds to pretrain each model from: one model per seed, each studied",
+    )  # fmt: skip
     per_model(parser, run_model, "bench-optimize-")
 
 

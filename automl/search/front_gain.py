@@ -9,6 +9,9 @@ hypervolume its predicted point adds to the current front. The point is credited
 ``OPTIMISM`` standard deviations of the predicted change (an upper confidence bound, as in
 GP-UCB): a deployment whose effect on this model is unsure is worth measuring, as a variant costs
 a fraction of a new model's training, and the credit fades as variants measure the effect.
+A model no trial has trained has no measurement to anchor it: its point is the predicted value,
+less the same ``OPTIMISM`` of its standard deviation, so that a variant and a new model are
+weighed alike.
 
 A larger batch cuts the per-sample latency of a small MLP many times over and of a large
 convolutional net hardly at all, so the effect of a deployment depends on the model, which a
@@ -42,6 +45,8 @@ REUSES = 4
 OPTIMISM = 1.0
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from optuna.trial import FrozenTrial
     from sklearn.gaussian_process.kernels import Kernel
 
@@ -69,8 +74,10 @@ def predicted_gains(
     cache: KernelCache | None = None,
     optimism: float = OPTIMISM,
     feasible: list[FrozenTrial] | None = None,
-) -> list[float]:
-    """Share of the front's hypervolume each ``(parent, deployment)`` is predicted to add.
+    new_models: Sequence[dict[str, Any]] = (),
+) -> tuple[list[float], list[float]]:
+    """Share of the front's hypervolume each ``(parent, deployment)`` is predicted to add, and
+    each of ``new_models``.
 
     Args:
         space: The study's search space, which decides the features.
@@ -82,47 +89,78 @@ def predicted_gains(
             moved toward better values.
         feasible: The complete trials that meet the study's constraints: the front is theirs
             (all of ``complete`` where none does, or where this is ``None``).
+        new_models: Params of models no trial has trained: no measurement anchors their
+            prediction, so each is the predicted value less ``optimism`` of its std.
 
     Returns:
-        One gain per candidate, 0 where the predicted point is dominated.
+        One gain per candidate and one per new model, 0 where the predicted point is dominated.
     """
-    encode = _Encoder(space)
-    losses = np.array([t.values for t in complete]) * np.array(signs)
-    fitted = complete[-MAX_FITTED:]
-    features = np.array([encode(t.params) for t in fitted])
-    mean, scale = features.mean(axis=0), features.std(axis=0)
-    scale[scale == 0] = 1.0
-    targets = losses[-len(fitted) :]
-    x = (features - mean) / scale
-    reuse = cache is not None and len(cache.kernels) == len(signs) and cache.reused < REUSES
-    kernels = cache.kernels if reuse else [None] * len(signs)
-    models = [_fit(x, targets[:, k], kernels[k]) for k in range(len(signs))]
-    if cache is not None:
-        cache.reused = cache.reused + 1 if reuse else 0
-        cache.kernels = [m.kernel_ for m in models]
-
+    fitted = _FittedFront(space, complete, signs, cache, feasible)
     parents = [parent for parent, _ in candidates]
     by_parent: dict[int, list[int]] = {}  # a parent has many candidates: predict them together
     for i, parent in enumerate(parents):
         by_parent.setdefault(parent.number, []).append(i)
     moved = np.empty((len(candidates), len(signs)))
     for rows in by_parent.values():
-        params = _with_parent(parents[rows[0]], [candidates[i][1] for i in rows])
-        x = (np.array([encode(p) for p in params]) - mean) / scale
-        moved[rows] = np.stack([_move(m, x, optimism) for m in models], axis=1)
+        x = fitted.features(_with_parent(parents[rows[0]], [candidates[i][1] for i in rows]))
+        moved[rows] = np.stack([_move(m, x, optimism) for m in fitted.models], axis=1)
     points = np.array([p.values for p in parents]) * np.array(signs) + moved
-    spread = losses.max(axis=0) - losses.min(axis=0)
-    reference = losses.max(axis=0) + 0.1 * np.where(spread > 0, spread, 1.0)
-    if feasible:
-        losses = np.array([t.values for t in feasible]) * np.array(signs)
-    front = losses[_nondominated(losses)]
-    base = compute_hypervolume(front, reference)
-    points = np.minimum(points, reference)
-    dominated = (front[None, :, :] <= points[:, None, :]).all(axis=2).any(axis=1)
-    return [
-        0.0 if d else compute_hypervolume(np.vstack([front, p]), reference) / base - 1
-        for p, d in zip(points, dominated, strict=True)
-    ]
+    drawn = np.empty((len(new_models), len(signs)))
+    if new_models:
+        x = fitted.features(list(new_models))
+        for k, model in enumerate(fitted.models):
+            mu, std = model.predict(x, return_std=True)
+            drawn[:, k] = mu - optimism * std
+    return fitted.gains(points.reshape(-1, len(signs))), fitted.gains(drawn)
+
+
+class _FittedFront:
+    """One Gaussian process per objective on a study's trials, and the front to extend."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        complete: list[FrozenTrial],
+        signs: list[int],
+        cache: KernelCache | None,
+        feasible: list[FrozenTrial] | None,
+    ) -> None:
+        self._encode = _Encoder(space)
+        losses = np.array([t.values for t in complete]) * np.array(signs)
+        fitted = complete[-MAX_FITTED:]
+        features = np.array([self._encode(t.params) for t in fitted])
+        self._mean, self._scale = features.mean(axis=0), features.std(axis=0)
+        self._scale[self._scale == 0] = 1.0
+        targets = losses[-len(fitted) :]
+        x = (features - self._mean) / self._scale
+        reuse = cache is not None and len(cache.kernels) == len(signs) and cache.reused < REUSES
+        kernels = cache.kernels if reuse else [None] * len(signs)
+        self.models = [_fit(x, targets[:, k], kernels[k]) for k in range(len(signs))]
+        if cache is not None:
+            cache.reused = cache.reused + 1 if reuse else 0
+            cache.kernels = [m.kernel_ for m in self.models]
+        spread = losses.max(axis=0) - losses.min(axis=0)
+        self._reference = losses.max(axis=0) + 0.1 * np.where(spread > 0, spread, 1.0)
+        if feasible:
+            losses = np.array([t.values for t in feasible]) * np.array(signs)
+        self._front = losses[_nondominated(losses)]
+        self._base = compute_hypervolume(self._front, self._reference)
+
+    def features(self, params: list[dict[str, Any]]) -> np.ndarray:
+        """The standardised features of each of ``params``."""
+        return (np.array([self._encode(p) for p in params]) - self._mean) / self._scale
+
+    def gains(self, points: np.ndarray) -> list[float]:
+        """Share of the front's hypervolume each of ``points`` (losses) adds."""
+        points = np.minimum(points, self._reference)
+        front = self._front
+        dominated = (front[None, :, :] <= points[:, None, :]).all(axis=2).any(axis=1)
+        return [
+            0.0
+            if d
+            else compute_hypervolume(np.vstack([front, p]), self._reference) / self._base - 1
+            for p, d in zip(points, dominated, strict=True)
+        ]
 
 
 def _with_parent(parent: FrozenTrial, deployments: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import numpy as np
     import optuna
 
 Scalar = int | float | str
@@ -79,6 +81,22 @@ def param_values(param: Param) -> Sequence[Scalar]:
     if isinstance(param, IntParam):
         return range(param.low, param.high + 1, param.step)
     return [param.low, param.high]
+
+
+def draw_value(param: Param, rng: np.random.Generator) -> Scalar:
+    """A value of ``param`` drawn at random (uniform; log-uniform on a log scale)."""
+    if isinstance(param, CategoricalParam | FixedParam):
+        values = param_values(param)
+        return values[int(rng.integers(len(values)))]
+    if param.log:
+        value = math.exp(rng.uniform(math.log(param.low), math.log(param.high)))
+        return round(value) if isinstance(param, IntParam) else value
+    if isinstance(param, IntParam):
+        return int(rng.choice(param_values(param)))
+    if param.step is not None:  # one of the range's steps, clipped as Optuna clips them
+        steps = round((param.high - param.low) / param.step)
+        return min(param.low + param.step * int(rng.integers(steps + 1)), param.high)
+    return float(rng.uniform(param.low, param.high))
 
 
 def check_bounds(name: str, param: Param) -> None:

@@ -19,6 +19,7 @@ from automl.search.params import (
     Scalar,
     applies,
     check_bounds,
+    draw_value,
     param_values,
     suggest_value,
 )
@@ -27,6 +28,7 @@ from automl.search.spec import Serving, StudySpec, parse_spec
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
+    import numpy as np
     import optuna
 
 
@@ -262,6 +264,16 @@ class SearchSpace(BaseModel):
                 return None
             grid = expanded
         return grid
+
+    def draw(self, rng: np.random.Generator) -> dict[str, Any]:
+        """Params of a trial drawn at random, as Optuna's trial params hold them (no fixed
+        knobs; a knob under a ``when`` only where it applies)."""
+        fixed = {n: p.value for n, p in self.params.items() if isinstance(p, FixedParam)}
+        drawn: dict[str, Any] = {}
+        for name, param in self.params.items():
+            if not isinstance(param, FixedParam) and applies(param, {**fixed, **drawn}):
+                drawn[name] = draw_value(param, rng)
+        return drawn
 
     def suggest(self, trial: optuna.Trial) -> Candidate:
         """Draw one candidate from ``trial``; conditional parameters follow their ``when``."""

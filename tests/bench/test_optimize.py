@@ -12,13 +12,15 @@ import pytest
 ROOT = Path(__file__).parents[2]
 
 
-def _ratio_interval(default: list[float], random: list[float]) -> list[float]:
+def _ratio_interval(
+    default: list[float], random: list[float], groups: list[int] | None = None
+) -> list[float]:
     code = (
         "import json, sys; from bench.optimize import ratio_interval; "
         "print(json.dumps(ratio_interval(*json.loads(sys.argv[1]))))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, json.dumps([default, random])],
+        [sys.executable, "-c", code, json.dumps([default, random, groups])],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )  # fmt: skip
     return json.loads(out.stdout)
@@ -33,3 +35,13 @@ def test_the_ratio_of_means_lies_inside_its_bootstrap_interval() -> None:
 
 def test_equal_samplers_give_a_ratio_of_one_and_no_spread() -> None:
     assert _ratio_interval([3.0, 3.0, 3.0], [3.0, 3.0, 3.0]) == [1.0, 1.0, 1.0]
+
+
+def test_pairs_are_resampled_within_their_pretrained_model() -> None:
+    # Two models, each with identical pairs: all the spread is between models, which keep
+    # their share of the mean, so the grouped interval has none; ungrouped, it has.
+    default, random = [4.0, 4.0, 4.0, 9.0, 9.0, 9.0], [4.0, 4.0, 4.0, 6.0, 6.0, 6.0]
+    ratio, low, high = _ratio_interval(default, random, [0, 0, 0, 1, 1, 1])
+    assert ratio == low == high == pytest.approx(1.3)
+    ungrouped = _ratio_interval(default, random)
+    assert ungrouped[0] == pytest.approx(1.3) and ungrouped[1] < 1.3 < ungrouped[2]

@@ -44,7 +44,7 @@ def _gains(
 ) -> list[float]:
     trial = study.trials[parent]
     candidates = [(trial, {**trial.params, "batch_size": b}) for b in batches]
-    return predicted_gains(SPACE, study.trials, SIGNS, candidates, optimism=optimism)
+    return predicted_gains(SPACE, study.trials, SIGNS, candidates, optimism=optimism)[0]
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +80,10 @@ def test_a_kernel_cache_reuses_hyperparameters_then_optimises_them_again(study):
     trial = study.trials[mlp]
     candidates = [(trial, {**trial.params, "batch_size": b}) for b in (128, 8)]
     cache = KernelCache()
-    fresh = predicted_gains(SPACE, study.trials, SIGNS, candidates, cache)
+    fresh = predicted_gains(SPACE, study.trials, SIGNS, candidates, cache)[0]
     optimised = np.concatenate([k.theta for k in cache.kernels])
     for reuses in range(1, REUSES + 1):
-        again = predicted_gains(SPACE, study.trials, SIGNS, candidates, cache)
+        again = predicted_gains(SPACE, study.trials, SIGNS, candidates, cache)[0]
         assert cache.reused == reuses
         theta = np.concatenate([k.theta for k in cache.kernels])
         assert np.array_equal(theta, optimised)  # not optimised again

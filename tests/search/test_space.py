@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import optuna
 import pytest
 
@@ -208,3 +209,26 @@ def test_capacity_first_takes_the_largest_batch_and_instances_and_the_middle_del
         "serving.max_batch": 32, "serving.max_queue_delay_ms": 0.5, "serving.instances": 3,
     }  # fmt: skip
     assert load_space("digits-mlp").capacity_first() == {}  # no serving knobs
+
+
+@pytest.mark.filterwarnings("error::UserWarning")  # Optuna's, for a value out of range
+@pytest.mark.parametrize("name", [*list_spaces(), "ranges"])
+def test_drawn_params_are_what_optuna_stores_for_a_trial(tmp_path, name):
+    ranges = (
+        "  arch.width: {type: int, low: 8, high: 512, log: true}\n"
+        "  arch.depth: {type: int, low: 1, high: 7, step: 2}\n"
+        "  pruning_ratio: {type: float, low: 0.0, high: 0.6, step: 0.1}\n"
+        "  train.lr: {type: float, low: 0.0001, high: 0.1, log: true}\n"
+        "  bits: {type: categorical, choices: [32, 8]}\n"
+        "  int8_mode: {type: categorical, choices: [static, dynamic], when: {bits: [8]}}\n"
+    )
+    space = load_space(str(_write(tmp_path, ranges)) if name == "ranges" else name)
+    rng = np.random.default_rng(0)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(20):
+        drawn = space.draw(rng)
+        study.enqueue_trial(drawn)
+        trial = study.ask()
+        space.suggest(trial)  # an enqueued value outside its range would be drawn anew
+        assert trial.params == drawn
+        study.tell(trial, 0.0)

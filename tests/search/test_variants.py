@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from pathlib import Path
@@ -93,9 +94,9 @@ def test_credit_for_untried_deployments_fades_once_deployments_show_no_effect():
             if VARIANT_OF not in parent.user_attrs
             for deployment in space.deployments(space.model_params(parent.params))
         ]
-        gains = predicted_gains(space, trials, [-1, 1], candidates, optimism=0.0)
+        gains = predicted_gains(space, trials, [-1, 1], candidates, optimism=0.0)[0]
         assert max(gains) < MIN_GAIN  # the prediction itself never credits a deployment
-        gains = np.array(predicted_gains(space, trials, [-1, 1], candidates))
+        gains = np.array(predicted_gains(space, trials, [-1, 1], candidates)[0])
         shares.append((gains > MIN_GAIN).mean())
     assert shares[1] < shares[0] / 2  # its uncertainty shrinks as variants measure no change
 
@@ -108,18 +109,25 @@ def _no_deployment_effect(trial: optuna.Trial) -> tuple[float, float]:
 
 def test_enqueued_trials_keep_their_params_and_variants_follow_them():
     study = _study(trials_per_model=2)
-    study.enqueue_trial({"arch.width": 64, "batch_size": 8})
-    study.enqueue_trial({"arch.width": 128, "batch_size": 1})
+    model = {"arch.depth": 1, "pruning_ratio": 0.0, "bits": 32}
+    enqueued = [
+        {**model, "arch.width": 16 * (i + 1), "batch_size": (1, 8)[i % 2]} for i in range(6)
+    ]
+    for params in enqueued:
+        study.enqueue_trial(params)
 
-    def objective(trial):  # equally accurate: only the latency counts
+    def objective(trial):  # equally accurate, and only the batch sets the latency
         candidate = load_space("digits-mlp").suggest(trial)
-        return 0.9, math.log10(candidate.arch.width / candidate.batch_size)
+        return 0.9, math.log10(100 / candidate.batch_size)
 
-    study.optimize(objective, n_trials=3)
-    # Trial 0 is faster at batch 8 than trial 1 at batch 1; at batch 128 it stays ahead.
-    assert [t.user_attrs.get(VARIANT_OF) for t in study.trials] == [None, None, 0]
-    assert study.trials[2].params["batch_size"] == 128
-    assert study.trials[1].params["arch.width"] == 128
+    study.optimize(objective, n_trials=7)
+    assert [t.params for t in study.trials[:6]] == enqueued
+    # At the untried batch 128, any model would lead. A new model gets there only where it
+    # draws batch 128, so a variant at 128 is predicted to add more.
+    variant = study.trials[6]
+    parent = study.trials[variant.user_attrs[VARIANT_OF]]
+    assert {k: variant.params[k] for k in MODEL} == {k: parent.params[k] for k in MODEL}
+    assert variant.params["batch_size"] == 128
 
 
 def test_one_trial_per_model_draws_every_model_anew():
@@ -271,3 +279,30 @@ def test_a_model_that_breaks_a_budget_no_deployment_repairs_is_never_redeployed(
     assert broken and redeployed and not broken & redeployed
     broken, redeployed = parents(_accuracy_budget_study(stuck=[]))
     assert broken & redeployed  # without it, the hypervolume alone sends variants there
+
+
+def test_a_variant_must_beat_what_a_new_model_is_predicted_to_add():
+    study = _study(trials_per_model=6)
+    model = {"arch.width": 16, "arch.depth": 1}
+    for pruning, bits, batch in itertools.product((0.0, 0.1), (32, 16), (1, 32)):
+        study.enqueue_trial({**model, "pruning_ratio": pruning, "bits": bits, "batch_size": batch})
+
+    def objective(trial):  # pruning trades a little accuracy for much latency; the batch, little
+        candidate = load_space("digits-mlp").suggest(trial)
+        pruning, batch = candidate.pruning_ratio, candidate.batch_size
+        return 0.9 - 0.2 * pruning, 1 - pruning - 0.01 * math.log2(batch)
+
+    study.optimize(objective, n_trials=8)
+    space = load_space("digits-mlp")
+    candidates = [
+        (parent, {**parent.params, **deployment})
+        for parent in study.trials
+        for deployment in space.deployments(space.model_params(parent.params))
+        if {**parent.params, **deployment} not in [t.params for t in study.trials]
+    ]
+    drawn = [space.draw(np.random.default_rng(0)) for _ in range(32)]
+    variants, new = predicted_gains(space, study.trials, [-1, 1], candidates, new_models=drawn)
+    assert max(variants) > MIN_GAIN  # a variant would add to the front
+    assert max(variants) < np.mean(new)  # less than a new, more pruned model is expected to
+    study.optimize(objective, n_trials=1)
+    assert VARIANT_OF not in study.trials[8].user_attrs
