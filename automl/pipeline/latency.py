@@ -299,6 +299,31 @@ def ort_run_timer(
     return timer.run_once, timer.env
 
 
+def interleaved_per_sample(
+    timers: Sequence[tuple[Callable[[], float], int]],
+    *,
+    rounds: int = 100,
+    max_seconds: float = 1.0,
+) -> list[float]:
+    """Per-sample median milliseconds of warmed-up timers (see :func:`ort_run_timer`), each
+    with its batch size, run in turn, round after round.
+
+    Two figures measured one after the other move apart when the host's load changes between
+    them; runs in turn share it, so their ratio holds. Odd rounds run the timers in reverse
+    order (ABBA), so that neither always runs first. At least ``_FEWEST_RUNS`` rounds run, then
+    up to ``rounds`` within ``max_seconds``.
+    """
+    samples: list[list[float]] = [[] for _ in timers]
+    order = list(range(len(timers)))
+    start = time.perf_counter()
+    for done in range(rounds):
+        if done >= _FEWEST_RUNS and time.perf_counter() - start > max_seconds:
+            break
+        for i in order if done % 2 == 0 else order[::-1]:
+            samples[i].append(timers[i][0]())
+    return [float(np.median(s)) / batch for s, (_, batch) in zip(samples, timers, strict=True)]
+
+
 @dataclass(frozen=True)
 class _Limits:
     min_runs: int

@@ -14,7 +14,13 @@ import torch
 from automl.candidate import Batching
 from automl.catalog import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
-from automl.pipeline.latency import Latency, LatencyBudget, measure_latency
+from automl.pipeline.latency import (
+    Latency,
+    LatencyBudget,
+    interleaved_per_sample,
+    measure_latency,
+    ort_run_timer,
+)
 from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.pipeline.timers import backend_session
 from automl.pipeline.trt_engine import check_engine_precision
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
     from automl.inputs.data import Dataset
     from automl.inputs.onnx_model import OnnxModel
     from automl.inputs.trained_model import TrainedModel
+    from automl.pipeline.quantize import QuantizedModel
     from automl.search.spec import Constraint, Serving
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache
@@ -153,7 +160,7 @@ def run_trial(
         metrics[QUANTIZATION_GAIN] = gain["gain"]
     baseline = None
     if trained is not None:
-        baseline = _baseline(stages, target, data, metrics, baseline_batch, timings)
+        baseline = _baseline(stages, target, data, metrics, baseline_batch, timings, quantized)
         metrics.update(baseline.compare(metrics))
     served = None
     if serving is not None:
@@ -247,8 +254,10 @@ def _baseline(
     metrics: dict[str, float],
     batch_size: int,
     timings: dict[str, float],
+    quantized: QuantizedModel,
 ) -> BaselineFigures:
-    """The baseline's figures, beside the trial's (its own, where it deploys the same model)."""
+    """The baseline's figures, beside the trial's (its own, where it deploys the same model);
+    where both time on the host, the speedup's two figures run in turn."""
     own = None
     if is_unmodified(stages.candidate):
         own = (metrics["accuracy"], metrics["size_mb"], metrics["latency_per_sample_ms"])
@@ -259,7 +268,25 @@ def _baseline(
         )  # the baseline is the unquantized graph
         return val.accuracy, latency.per_sample_ms
 
-    return measure_baseline(stages, batch_size, timings, measure, own)
+    candidate = stages.candidate
+
+    def interleave(path: Path) -> tuple[float, float]:
+        runs = [  # the baseline (as measured above), then the trial's graph as it was measured
+            (path, batch_size, "fp32", "all"),
+            (quantized.path, candidate.batch_size, quantized.method, candidate.graph_optimization),
+        ]
+        timers = [
+            (ort_run_timer(p, target, data.x_test, b, method=m, optimization=o)[0], b)
+            for p, b, m, o in runs
+        ]
+        with measurement_lock(target):
+            base, trial = interleaved_per_sample(timers)
+        return base, trial
+
+    on_host = not any(target.backend_for(m).on_device for m in ("fp32", quantized.method))
+    return measure_baseline(
+        stages, batch_size, timings, measure, own, interleave if on_host else None
+    )
 
 
 def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[LatencyBudget]:

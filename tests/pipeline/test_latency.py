@@ -18,6 +18,7 @@ from automl.pipeline import timers as timers_module
 from automl.pipeline._ort import make_session
 from automl.pipeline.latency import (
     LatencyBudget,
+    interleaved_per_sample,
     latency_stats,
     measure_latency,
 )
@@ -26,6 +27,7 @@ from automl.targets import load_target
 pytest_plugins = ["family_data"]
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 FEATURES = 64
@@ -294,3 +296,25 @@ def test_a_token_model_is_timed_on_int64_ids_at_the_serving_batch(family_data, t
     assert result.batch_size == 8 and result.runs >= 10 and result.p50_ms > 0
     with pytest.raises(SpecError, match="do not mix"):
         measure_latency(path, load_target("cpu"), data.x_test.astype(np.float32), 8, method="fp32")
+
+
+def _loaded_timer(ms: float, calls: list[int]) -> Callable[[], float]:
+    """A timer of ``ms`` per run on an idle host, whose load triples after 60 runs of either."""
+
+    def run_once() -> float:
+        calls.append(1)
+        return ms * (3.0 if len(calls) > 60 else 1.0)
+
+    return run_once
+
+
+def test_figures_run_in_turn_keep_their_ratio_while_the_load_changes():
+    calls: list[int] = []
+    base, trial = _loaded_timer(4.0, calls), _loaded_timer(1.0, calls)  # batch 1 and batch 8
+    before = np.median([base() for _ in range(60)])  # one after the other: 4 ms a run,
+    after = np.median([trial() for _ in range(60)]) / 8  # then 3 ms a run of 8, per sample
+    assert before / after == pytest.approx(32 / 3)  # the load took two thirds of the speedup
+    calls.clear()
+    base_ms, trial_ms = interleaved_per_sample([(base, 1), (trial, 8)], rounds=100)
+    assert len(calls) == 200
+    assert base_ms / trial_ms == pytest.approx(32.0)  # in turn: 4 ms against 1 ms for 8

@@ -66,6 +66,10 @@ def test_a_study_of_a_trained_model_measures_its_baseline_and_beats_it(tmp_path,
         drop = figures["accuracy"] - trial.user_attrs["accuracy"]
         assert trial.user_attrs["accuracy_drop"] == pytest.approx(drop)
         assert figures["accuracy"] == attrs["accuracy"]  # the same unmodified model
+        if figures["interleaved_ms"] is not None:  # on the CPU: the two graphs run in turn
+            base, own = figures["interleaved_ms"]
+            assert trial.user_attrs["speedup"] == pytest.approx(base / own)
+    assert any(t.user_attrs["history"]["baseline"]["interleaved_ms"] for t in trials[1:])
     # Faster per sample than the baseline measured beside it, within the drop constraint.
     faster = [
         t for t in trials[1:]
