@@ -2,9 +2,10 @@
 time went.
 
 Every trial whose method is not ``fp32`` also measures its own fp32 graph (the same pruned
-model, at the same batch, on the same backend's provider) right after its quantized one, in the
+model, at the same batch, on the same backend's provider) beside its quantized one, in the
 same process, so ``quantization_gain`` (the fp32 per-sample latency over the trial's) is a
-ratio of two figures that a loaded host moves together. Both graphs are profiled, and the
+ratio of two figures that a loaded host moves together: on the CPU the two graphs run in turn,
+elsewhere the fp32 graph right after the trial's measurement. Both graphs are profiled, and the
 per-operator times are recorded; where the gain is at most 1 the record says, from the profile,
 where the quantized graph's time went (see :func:`automl.pipeline.profile.explain_no_gain`).
 """
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from automl.pipeline.latency import measure_latency
+from automl.pipeline.latency import interleaved_per_sample, measure_latency, ort_run_timer
 from automl.pipeline.profile import SourceGraph, explain_no_gain, op_times, profile_graph
 from automl.records import QUANTIZATION_GAIN
 from automl.targets.gpus import measurement_lock
 from automl.trials.stages import timed
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from automl.inputs.data import Dataset
     from automl.pipeline.latency import Latency
     from automl.pipeline.quantize import QuantizedModel
@@ -39,18 +42,17 @@ def measure_gain(
     the gain is at most 1, why (``note``).
 
     Returns:
-        ``{"gain", "fp32_per_sample_ms", "ops": {"fp32": {op: ms}, "quantized": {op: ms}},
-        "note"}``; the times are per run at the trial's batch.
+        ``{"gain", "fp32_per_sample_ms", "quantized_per_sample_ms", "ops": {"fp32": {op: ms},
+        "quantized": {op: ms}}, "note"}``; the op times are per run at the trial's batch.
     """
     candidate = stages.candidate
     batch, level = candidate.batch_size, candidate.graph_optimization
     exported, _ = stages.exported(timings)
     timings.setdefault(QUANTIZATION_GAIN, 0.0)
     with timed(timings, QUANTIZATION_GAIN):
-        with measurement_lock(target):
-            fp32 = measure_latency(
-                exported.path, target, data.x_test, batch, method="fp32", optimization=level
-            )
+        fp32_ms, own_ms = _fp32_beside(
+            exported.path, quantized, latency, target, data, batch, level
+        )
         profiles = {
             name: profile_graph(path, target, method, data.x_test, batch, optimization=level)
             for name, path, method in (
@@ -58,14 +60,42 @@ def measure_gain(
                 ("quantized", quantized.path, quantized.method),
             )
         }
-    gain = fp32.per_sample_ms / latency.per_sample_ms
+    gain = fp32_ms / own_ms
     note = None
     if gain <= 1:
         graph = SourceGraph(exported.path)
         note = explain_no_gain(graph, profiles["quantized"], profiles["fp32"], gain)
     return {
         "gain": gain,
-        "fp32_per_sample_ms": fp32.per_sample_ms,
+        "fp32_per_sample_ms": fp32_ms,
+        "quantized_per_sample_ms": own_ms,  # beside it (see _fp32_beside)
         "ops": {name: op_times(nodes) for name, nodes in profiles.items()},
         "note": note,
     }
+
+
+def _fp32_beside(
+    fp32_path: Path,
+    quantized: QuantizedModel,
+    latency: Latency,
+    target: Target,
+    data: Dataset,
+    batch: int,
+    level: str,
+) -> tuple[float, float]:
+    """Per-sample ms of the fp32 graph and of the quantized one: on the CPU run in turn (see
+    :func:`automl.pipeline.latency.interleaved_per_sample`), elsewhere the fp32 graph timed
+    after the trial's own measurement."""
+    methods = ("fp32", quantized.method)
+    with measurement_lock(target):
+        if any(target.backend_for(m).on_device for m in methods):
+            fp32 = measure_latency(
+                fp32_path, target, data.x_test, batch, method="fp32", optimization=level
+            )
+            return fp32.per_sample_ms, latency.per_sample_ms
+        timers = [
+            (ort_run_timer(p, target, data.x_test, batch, method=m, optimization=level)[0], batch)
+            for p, m in zip((fp32_path, quantized.path), methods, strict=True)
+        ]
+        fp32_ms, own_ms = interleaved_per_sample(timers)
+    return fp32_ms, own_ms
