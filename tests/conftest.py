@@ -193,13 +193,21 @@ class PgProxy:
 
     def outage(self, seconds: float) -> None:
         """Refuse and drop every connection for ``seconds``, as a database restart does."""
+        self.down()
+        time.sleep(seconds)
+        self.up()
+
+    def down(self) -> None:
+        """Drop every connection, and refuse new ones until :meth:`up`."""
         with contextlib.suppress(OSError):
             self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread; close alone won't
         self.server.close()
         for connection in self.connections:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-        time.sleep(seconds)
+
+    def up(self) -> None:
+        """Accept connections again after :meth:`down`."""
         self.server = socket.create_server(("127.0.0.1", self.port))
         threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
 

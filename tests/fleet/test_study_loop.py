@@ -242,13 +242,17 @@ def test_worker_survives_a_database_outage(fleet):
     url = study._storage._backend.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
     process = worker("--target", "cpu", "--studies", "outage", "--storage", url)
     _running_on(study, process.pid)
-    proxy.outage(5)
-    output = process.communicate(timeout=600)[0]
+    proxy.down()  # until the worker meets it: on a loaded host, training may outlast any fixed span
+    output, deadline = "", time.monotonic() + 300
+    while "storage unreachable" not in output and time.monotonic() < deadline:
+        output += process.stdout.readline()
+    time.sleep(2)  # down a while longer: the worker retries, and waits
+    proxy.up()
+    output += process.communicate(timeout=600)[0]
     assert process.returncode == 0, output
+    assert "storage unreachable" in output
     states = _states(study)
     assert states["COMPLETE"] == 4 and "RUNNING" not in states
-    # The outage hit the running trial: it failed (and was retried) or its commit was retried.
-    assert states.get("FAIL", 0) >= 1 or "storage unreachable" in output, (states, output)
 
 
 def test_a_loop_that_waits_on_a_stale_trial_says_for_what_and_how_long(tmp_path, caplog):
