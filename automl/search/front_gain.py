@@ -111,7 +111,7 @@ def predicted_gains(
         for k, model in enumerate(fitted.models):
             mu, std = model.predict(x, return_std=True)
             drawn[:, k] = mu - optimism * std
-    return fitted.gains(points.reshape(-1, len(signs))), fitted.gains(drawn)
+    return fitted.gains(points), fitted.gains(drawn)
 
 
 class _FittedFront:
@@ -153,14 +153,12 @@ class _FittedFront:
     def gains(self, points: np.ndarray) -> list[float]:
         """Share of the front's hypervolume each of ``points`` (losses) adds."""
         points = np.minimum(points, self._reference)
-        front = self._front
-        dominated = (front[None, :, :] <= points[:, None, :]).all(axis=2).any(axis=1)
-        return [
-            0.0
-            if d
-            else compute_hypervolume(np.vstack([front, p]), self._reference) / self._base - 1
-            for p, d in zip(points, dominated, strict=True)
-        ]
+        dominated = (self._front[None, :, :] <= points[:, None, :]).all(axis=2).any(axis=1)
+        return [0.0 if d else self._added(p) for p, d in zip(points, dominated, strict=True)]
+
+    def _added(self, point: np.ndarray) -> float:
+        extended = compute_hypervolume(np.vstack([self._front, point]), self._reference)
+        return extended / self._base - 1
 
 
 def _with_parent(parent: FrozenTrial, deployments: list[dict[str, Any]]) -> list[dict[str, Any]]:
