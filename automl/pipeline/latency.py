@@ -30,6 +30,7 @@ from automl.errors import SpecError
 from automl.pipeline.gpu_warmup import gpu_state, warm_up_by_time
 from automl.pipeline.latency_decision import quantile_interval
 from automl.pipeline.timers import open_runner
+from automl.targets.gpus import measurement_lock
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -322,6 +323,26 @@ def interleaved_per_sample(
         for i in order if done % 2 == 0 else order[::-1]:
             samples[i].append(timers[i][0]())
     return [float(np.median(s)) / batch for s, (_, batch) in zip(samples, timers, strict=True)]
+
+
+def per_sample_in_turn(
+    target: Target, inputs: np.ndarray, graphs: Sequence[tuple[Path, int, str, str]]
+) -> list[float] | None:
+    """Per-sample median milliseconds of ONNX graphs run in turn on the target (see
+    :func:`interleaved_per_sample`), each given as (path, batch size, method, graph
+    optimisation level); None where a graph's backend times on a device, which this does not
+    interleave."""
+    if any(target.backend_for(method).on_device for _, _, method, _ in graphs):
+        return None
+    with measurement_lock(target):
+        timers = [
+            (
+                ort_run_timer(path, target, inputs, batch, method=method, optimization=level)[0],
+                batch,
+            )
+            for path, batch, method, level in graphs
+        ]
+        return interleaved_per_sample(timers)
 
 
 @dataclass(frozen=True)

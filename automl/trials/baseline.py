@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from automl.trials.stages import CachedStages, timed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from automl.candidate import Candidate
@@ -72,8 +72,8 @@ def measure_baseline(
     batch_size: int,
     timings: dict[str, float],
     measure: Callable[[Path, int], tuple[float, float]],
-    trial: tuple[float, float, float] | None = None,
-    interleave: Callable[[Path], tuple[float, float]] | None = None,
+    trial: tuple[float, float, float] | None,
+    interleave: Callable[[Path], Sequence[float] | None],
 ) -> BaselineFigures:
     """The figures of the unmodified model of ``stages``, exported or taken from the cache.
 
@@ -85,7 +85,7 @@ def measure_baseline(
         trial: The trial's (accuracy, size in MB, per-sample ms) when it deploys the unmodified
             model: they are the baseline's at the trial's batch, measured once.
         interleave: The baseline's ONNX path → (its per-sample ms at its batch, the trial's),
-            run in turn; None where the backend cannot (the speedup is then a ratio of the
+            run in turn, or None where the backend cannot (the speedup is then a ratio of the
             figures measured one after the other).
     """
     own = replace(
@@ -104,9 +104,11 @@ def measure_baseline(
             accuracy, size_mb, at_trial_batch = trial
         same = batch_size == trial_batch
         paired = None  # the unmodified model at the baseline's batch is the baseline itself
-        if interleave is not None and not (trial is not None and same):
+        if not (trial is not None and same):
             paired = interleave(quantized.path)
+        if paired is not None:
             at_own_batch = paired[0]
         else:
             at_own_batch = at_trial_batch if same else measure(quantized.path, batch_size)[1]
-    return BaselineFigures(accuracy, size_mb, at_trial_batch, at_own_batch, batch_size, paired)
+    interleaved = None if paired is None else tuple(paired)
+    return BaselineFigures(accuracy, size_mb, at_trial_batch, at_own_batch, batch_size, interleaved)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from automl.pipeline.latency import interleaved_per_sample, measure_latency, ort_run_timer
+from automl.pipeline.latency import measure_latency, per_sample_in_turn
 from automl.pipeline.profile import SourceGraph, explain_no_gain, op_times, profile_graph
 from automl.records import QUANTIZATION_GAIN
 from automl.targets.gpus import measurement_lock
 from automl.trials.stages import timed
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from automl.inputs.data import Dataset
@@ -82,20 +83,16 @@ def _fp32_beside(
     data: Dataset,
     batch: int,
     level: str,
-) -> tuple[float, float]:
+) -> Sequence[float]:
     """Per-sample ms of the fp32 graph and of the quantized one: on the CPU run in turn (see
-    :func:`automl.pipeline.latency.interleaved_per_sample`), elsewhere the fp32 graph timed
-    after the trial's own measurement."""
-    methods = ("fp32", quantized.method)
+    :func:`automl.pipeline.latency.per_sample_in_turn`), elsewhere the fp32 graph timed after
+    the trial's own measurement."""
+    graphs = [(fp32_path, batch, "fp32", level), (quantized.path, batch, quantized.method, level)]
+    in_turn = per_sample_in_turn(target, data.x_test, graphs)
+    if in_turn is not None:
+        return in_turn
     with measurement_lock(target):
-        if any(target.backend_for(m).on_device for m in methods):
-            fp32 = measure_latency(
-                fp32_path, target, data.x_test, batch, method="fp32", optimization=level
-            )
-            return fp32.per_sample_ms, latency.per_sample_ms
-        timers = [
-            (ort_run_timer(p, target, data.x_test, batch, method=m, optimization=level)[0], batch)
-            for p, m in zip((fp32_path, quantized.path), methods, strict=True)
-        ]
-        fp32_ms, own_ms = interleaved_per_sample(timers)
-    return fp32_ms, own_ms
+        fp32 = measure_latency(
+            fp32_path, target, data.x_test, batch, method="fp32", optimization=level
+        )
+    return fp32.per_sample_ms, latency.per_sample_ms

@@ -14,13 +14,7 @@ import torch
 from automl.candidate import Batching
 from automl.catalog import TRT
 from automl.pipeline.evaluate import Evaluation, evaluate
-from automl.pipeline.latency import (
-    Latency,
-    LatencyBudget,
-    interleaved_per_sample,
-    measure_latency,
-    ort_run_timer,
-)
+from automl.pipeline.latency import Latency, LatencyBudget, measure_latency, per_sample_in_turn
 from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.pipeline.timers import backend_session
 from automl.pipeline.trt_engine import check_engine_precision
@@ -270,23 +264,13 @@ def _baseline(
 
     candidate = stages.candidate
 
-    def interleave(path: Path) -> tuple[float, float]:
-        runs = [  # the baseline (as measured above), then the trial's graph as it was measured
-            (path, batch_size, "fp32", "all"),
+    def interleave(path: Path) -> list[float] | None:
+        return per_sample_in_turn(target, data.x_test, [
+            (path, batch_size, "fp32", "all"),  # the baseline, as measured above
             (quantized.path, candidate.batch_size, quantized.method, candidate.graph_optimization),
-        ]
-        timers = [
-            (ort_run_timer(p, target, data.x_test, b, method=m, optimization=o)[0], b)
-            for p, b, m, o in runs
-        ]
-        with measurement_lock(target):
-            base, trial = interleaved_per_sample(timers)
-        return base, trial
+        ])  # fmt: skip
 
-    on_host = not any(target.backend_for(m).on_device for m in ("fp32", quantized.method))
-    return measure_baseline(
-        stages, batch_size, timings, measure, own, interleave if on_host else None
-    )
+    return measure_baseline(stages, batch_size, timings, measure, own, interleave)
 
 
 def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[LatencyBudget]:
