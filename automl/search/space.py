@@ -244,7 +244,7 @@ class SearchSpace(BaseModel):
         Conditional knobs follow their ``when``; fixed ones are left out, as Optuna never sees
         them. ``None`` when a knob is a float or the grid has over ``MAX_DEPLOYMENTS`` entries.
         """
-        fixed = {n: p.value for n, p in self.params.items() if isinstance(p, FixedParam)}
+        fixed = self._fixed_values()
         grid: list[dict[str, Any]] = [{}]
         for name, param in self.params.items():
             if (param.sets or name) not in DEPLOYMENT_KEYS or isinstance(param, FixedParam):
@@ -265,10 +265,13 @@ class SearchSpace(BaseModel):
             grid = expanded
         return grid
 
+    def _fixed_values(self) -> dict[str, Scalar]:
+        return {n: p.value for n, p in self.params.items() if isinstance(p, FixedParam)}
+
     def draw(self, rng: np.random.Generator) -> dict[str, Any]:
         """Params of a trial drawn at random, as Optuna's trial params hold them (no fixed
         knobs; a knob under a ``when`` only where it applies)."""
-        fixed = {n: p.value for n, p in self.params.items() if isinstance(p, FixedParam)}
+        fixed = self._fixed_values()
         drawn: dict[str, Any] = {}
         for name, param in self.params.items():
             if not isinstance(param, FixedParam) and applies(param, {**fixed, **drawn}):

@@ -66,8 +66,7 @@ class VariantSampler(optuna.samplers.BaseSampler):
 
     Spaces whose deployments cannot be listed (a float knob, or too many) get no variants.
     Enqueued and retried trials keep their own params. Nothing is queued; a variant is claimed
-    in its trial's system attrs,
-    so that workers choosing at once do not run it twice.
+    in its trial's system attrs, so that workers choosing at once do not run it twice.
     """
 
     def __init__(
