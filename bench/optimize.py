@@ -1,8 +1,8 @@
 """Optimizing a trained model: does the default sampler beat random search, and by how much?
 
 Run: ``.venv/bin/python -m bench.optimize [--trials 20] [--seeds 0 1 ... 9] [--epochs N]
-[--pretrain-seeds 0 1 2] [--trials-per-model 6]``. The models of :mod:`bench.models` are trained on their data, from
-each pretrain seed (default 0 alone), and saved: a CNN (three
+[--pretrain-seeds 0 1 2] [--trials-per-model 6]``. The models of :mod:`bench.models` are
+trained on their data, from each pretrain seed (default 0 alone), and saved: a CNN (three
 64-channel convs) and a depthwise-separable net (the catalog's ``mobilenet`` family) on digits,
 and a MobileNetV2-like net on dim digits, where full int8 loses over 1 %. For each model and
 seed, a study of that model on the shipped ``trained-model`` space (objectives: accuracy drop and
@@ -100,8 +100,7 @@ def run_model(name: str, tmp: Path, args: argparse.Namespace) -> None:
     groups, ratios = [], []
     for pretrain_seed in args.pretrain_seeds:
         rows = _studies(name, tmp, args, pretrain_seed)
-        report(f"{name}, pretrained from seed {pretrain_seed}", rows, args.trials)
-        ratios.append(_ratio(rows))
+        ratios.append(report(f"{name}, pretrained from seed {pretrain_seed}", rows, args.trials))
         for sampler in SAMPLERS:
             pooled[sampler] += rows[sampler]
         groups += [pretrain_seed] * len(rows["default"])
@@ -143,12 +142,9 @@ def _studies(name: str, tmp: Path, args: argparse.Namespace, pretrain_seed: int)
     return rows
 
 
-def _ratio(rows: Rows) -> float:
-    return ratio_interval([b for b, _ in rows["default"]], [b for b, _ in rows["random"]])[0]
-
-
-def report(label: str, rows: Rows, trials: int, groups: list[int] | None = None) -> None:
-    """Print the ratio of mean best speedups with its interval, and when each sampler got there."""
+def report(label: str, rows: Rows, trials: int, groups: list[int] | None = None) -> float:
+    """Print the ratio of mean best speedups with its interval, and when each sampler got there;
+    returns the ratio."""
     ratio, low, high = ratio_interval(
         [b for b, _ in rows["default"]], [b for b, _ in rows["random"]], groups
     )
@@ -161,6 +157,7 @@ def report(label: str, rows: Rows, trials: int, groups: list[int] | None = None)
         f"{reached['default']:.1f}, random {reached['random']:.1f} of {trials}",
         flush=True,
     )
+    return ratio
 
 
 def per_model(parser: argparse.ArgumentParser, run, prefix: str) -> None:
