@@ -12,8 +12,10 @@ against the graph as written (the CPU provider with no graph rewrites: each Q/DQ
 own, layers in fp32), and, where an NVIDIA target matches this GPU, the trial's
 own ``measure_latency`` (a CUDA graph where ONNX Runtime captures one). Without the CUDA
 provider, the same methods run on that reference instead (no device figures), so the recipes
-are still checked. Then one ``automl study start --target T --n-trials 4`` end to end, T being
-the NVIDIA target this machine matches.
+are still checked. With TensorRT, ``int8-trt-mixed`` keeps the CNN's first layer out of int8:
+the engine's per-layer precision and TensorRT's per-layer times are read back onto the source
+layers (``mixed`` in the JSON). Then one ``automl study start --target T --n-trials 4`` end to
+end, T being the NVIDIA target this machine matches.
 
 Each check is ``pass``, ``fail`` or ``missing`` (a package or the hardware is absent: the
 JSON says which, and how to install it). Exit status: 0 all passed, 1 a check failed, 2 none
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as metadata
+import importlib.util
 import json
 import os
 import platform
@@ -51,10 +54,16 @@ from automl.pipeline.ort_packages import (
     require_single_ort,
 )
 from automl.pipeline.placement import check_placement, node_placements, placement_counts
+from automl.pipeline.profile import SourceGraph, engine_layer_of, engine_layer_times
 from automl.pipeline.quantize import quantize_method
 from automl.pipeline.timers import bound_timers
 from automl.pipeline.train import train
-from automl.pipeline.trt_engine import check_engine_precision
+from automl.pipeline.trt_engine import (
+    build_and_inspect,
+    check_engine_precision,
+    layer_precisions,
+    profile_engine,
+)
 from automl.targets import detect_gpu_names, is_present, list_targets, load_target
 from automl.targets.presence import provider_starts
 
@@ -252,6 +261,35 @@ def _engine_precision(
     return precisions
 
 
+def mixed_layers(report: Report, fp32: Path, data: Any, workdir: Path) -> dict[str, Any] | None:
+    """``int8-trt-mixed`` keeping the CNN's first layer: in TensorRT's engine that layer must run
+    outside int8 and the others in it, and TensorRT's profiler must time every layer."""
+    name = "int8-trt-mixed on TensorrtExecutionProvider"
+    if TRT not in _providers() or importlib.util.find_spec("tensorrt") is None:
+        report.check(name, "missing", f"needs TensorRT and its Python package; install: {INSTALL}")
+        return None
+    source = SourceGraph(fp32)
+    kept = next(iter(source.layers))
+    out = workdir / "quantized" / "int8-trt-mixed-first.onnx"
+    path = quantize_method(fp32, out, "int8-trt-mixed", calibration=data.x_calib, keep=[kept]).path
+    options = get_backend("ort-tensorrt").provider_options("int8-trt-mixed").get(TRT, {})
+    ran: dict[str, list[str]] = {layer: [] for layer in source.layers}
+    inspector = build_and_inspect(path, options, 64, data.input_shape)
+    for engine_layer, data_type in layer_precisions(inspector).items():
+        for layer in engine_layer_of(source, engine_layer):
+            ran[layer].append(data_type)
+    holds = bool(ran[kept]) and "int8" not in ran[kept]
+    holds &= all("int8" in types for layer, types in ran.items() if layer != kept)
+    report.check(f"{name}: the kept layer {kept} runs outside int8, the others in int8",
+                 "pass" if holds else "fail", json.dumps(ran))  # fmt: skip
+    batch = np.ascontiguousarray(data.x_test[:64])
+    times = engine_layer_times(source, profile_engine(path, options, batch))
+    timed = all(times[layer] > 0 for layer in source.layers)
+    report.check(f"{name}: TensorRT's profiler times every layer",
+                 "pass" if timed else "fail", json.dumps(times))  # fmt: skip
+    return {"kept": kept, "precisions": ran, "layer_ms": times}
+
+
 def _trial_latency(
     report: Report, name: str, method: str, path: Path, data: Any, workdir: Path
 ) -> dict[str, Any] | None:
@@ -337,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 except Exception as e:  # one method's failure must not hide the others'
                     report.check(f"{method} on {provider}", "fail", f"{type(e).__name__}: {e}")
+            try:
+                report.data["mixed"] = mixed_layers(report, fp32, data, workdir)
+            except Exception as e:  # as a method's: recorded, and the rest goes on
+                report.check("int8-trt-mixed", "fail", f"{type(e).__name__}: {e}")
             if not args.no_study:
                 nvidia = _present_nvidia()
                 run_study(report, nvidia[0] if nvidia else None, workdir)

@@ -85,7 +85,10 @@ class Method(_Entry):
         legacy: Its ``(bits, int8_mode)`` in the old vocabulary, if it has one.
         accuracy_drop: The largest test-accuracy drop from fp32 that it may cost a small
             trained model, its graph run as written (the contract tests hold it to that).
-        per_layer: Whether it can leave named layers in fp32 (see :meth:`convert_layers`).
+        per_layer: Whether it can leave named layers in fp32 (see :meth:`convert_layers`;
+            ``KeepsLayers`` of ``automl/catalog/methods/_tools.py`` makes a QDQ method so).
+        engine_precision: The data type that a TensorRT engine of its graphs must run at least
+            one compute layer in (see :mod:`automl.pipeline.trt_engine`); None claims none.
     """
 
     _registry = _METHODS
@@ -98,6 +101,7 @@ class Method(_Entry):
     legacy: ClassVar[tuple[int, str | None] | None] = None
     accuracy_drop: ClassVar[float] = 0.02
     per_layer: ClassVar[bool] = False
+    engine_precision: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

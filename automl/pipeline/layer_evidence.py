@@ -8,7 +8,9 @@ gains in time on the target.
   drop is the same, zero most often on a small subset);
 - its *time* in fp32 and in int8 on the target's provider, from ONNX Runtime's profiler, the
   Q/DQ and layout nodes that quantization adds counted to the layer they serve (see
-  :mod:`automl.pipeline.profile`).
+  :mod:`automl.pipeline.profile`). On TensorRT both come from the engine's own profiler, and
+  "fp32" is the layer outside int8 as TensorRT runs it there (fp16, where the method allows);
+  the sensitivity is then measured on the graphs as written.
 
 :func:`keep_order` ranks the layers for a per-layer method: first those that alone cost more
 than the study's accuracy budget, then those that int8 does not make faster, then by
@@ -25,11 +27,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from automl.catalog import get_method
+from automl.catalog import CPU, TRT, get_method
 from automl.catalog.methods import pre_process
+from automl.errors import TrialFailed
 from automl.pipeline._ort import feed, input_dtype, input_name, make_session
-from automl.pipeline.profile import SourceGraph, layer_times, profile_graph
+from automl.pipeline.profile import SourceGraph, engine_layer_times, layer_times, profile_graph
 from automl.pipeline.quantize import graph_input_dtype
+from automl.pipeline.trt_engine import profile_engine
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,18 +84,20 @@ def layer_evidence(
         calibration = feed(data.x_calib, graph_input_dtype(source))
         full = Path(tmp) / "int8.onnx"
         chosen.convert(source, full, calibration)
+        on_trt = TRT in target.backend_for(method).providers
         times = [
-            layer_times(graph, profile_graph(path, target, m, data.x_test, batch_size,
-                                             optimization=optimization))
-            for path, m in ((source, "fp32"), (full, method))
-        ]  # fmt: skip
+            _layer_times(graph, path, target, m, data.x_test, batch_size, optimization)
+            for path, m in ((source, method if on_trt else "fp32"), (full, method))
+        ]
         x, y = data.x_val[:VALIDATION_SUBSET], data.y_val[:VALIDATION_SUBSET]
-        reference = _probabilities(source, x)
+        # TensorRT's graphs as written: the CPU's fused S8S8 kernels saturate without VNNI.
+        cpu_optimization = "disable" if on_trt else "all"
+        reference = _probabilities(source, x, cpu_optimization)
         evidence = []
         for name, kind in graph.layers.items():
             alone = Path(tmp) / "alone.onnx"
             chosen.convert_layers(source, alone, calibration, only=(name,))
-            probabilities = _probabilities(alone, x)
+            probabilities = _probabilities(alone, x, cpu_optimization)
             evidence.append(
                 LayerEvidence(
                     name=name,
@@ -103,6 +109,35 @@ def layer_evidence(
                 )
             )
     return evidence
+
+
+def _layer_times(
+    graph: SourceGraph,
+    path: Path,
+    target: Target,
+    method: str,
+    x: np.ndarray,
+    batch_size: int,
+    optimization: str,
+) -> dict[str, float]:
+    """Ms per run of each layer of ``graph`` in ``path`` on ``method``'s backend: from ONNX
+    Runtime's profiler, or on TensorRT from the engine's own (see
+    :func:`automl.pipeline.trt_engine.profile_engine`)."""
+    backend = target.backend_for(method)
+    if TRT not in backend.providers:
+        nodes = profile_graph(path, target, method, x, batch_size, optimization=optimization)
+        return layer_times(graph, nodes)
+    options = backend.provider_options(method).get(TRT, {})
+    batch = np.take(x, np.arange(batch_size) % len(x), axis=0)
+    try:
+        return engine_layer_times(graph, profile_engine(path, options, batch))
+    except ImportError as e:
+        raise TrialFailed(
+            f"{method} orders its layers by TensorRT's per-layer times, which need the "
+            f"tensorrt package and torch with CUDA ({e}); install: {backend.install}"
+        ) from e
+    except RuntimeError as e:
+        raise TrialFailed(f"TensorRT could not time the layers of this graph: {e}") from e
 
 
 def keep_order(evidence: Sequence[LayerEvidence], budget: float | None = None) -> list[str]:
@@ -129,9 +164,9 @@ def graph_accuracy(path: Path, data: Dataset) -> float:
     return _accuracy(_probabilities(path, data.x_val), data.y_val)
 
 
-def _probabilities(path: Path, x: np.ndarray) -> np.ndarray:
+def _probabilities(path: Path, x: np.ndarray, optimization: str = "all") -> np.ndarray:
     """Softmax of the graph's outputs on ``x``, on the CPU."""
-    session = make_session(path, ["CPUExecutionProvider"], 1)
+    session = make_session(path, [CPU], 1, optimization=optimization)
     logits = session.run(None, {input_name(session): feed(x, input_dtype(session))})[0]
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
     return shifted / shifted.sum(axis=1, keepdims=True)

@@ -6,6 +6,8 @@ that time back to the layers (Conv, Gemm, MatMul) of the source graph: a node th
 fused or converted keeps the name of the node or tensor it came from, and a QuantizeLinear or
 DequantizeLinear goes to the layer that its tensor feeds. :func:`op_times` sums it per
 operator, and :func:`explain_no_gain` says in a sentence where a quantized graph's time went.
+On TensorRT, which ONNX Runtime's profiler sees as one node, :func:`engine_layer_times` gives
+the times of the engine's own layers back to the source graph's the same way.
 
 The profiler times each node on the host: on a GPU provider that is the node's launch and
 synchronisation, not its kernel alone.
@@ -29,7 +31,7 @@ from automl.pipeline._ort import feed, input_dtype, input_name
 from automl.pipeline.timers import backend_session
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from automl.targets import Target
 
@@ -38,6 +40,8 @@ LAYOUT_OPS = frozenset({"Transpose", "ReorderInput", "ReorderOutput"})
 OTHER = "other"  # time of nodes that belong to no layer (layout changes, pooling, the input's)
 _RUNS = 10
 _SUFFIXES = re.compile(r"(_kernel_time|_token_\d+|_nchwc)+$")
+# What may be a node's or a tensor's name in a TensorRT layer's name.
+_ENGINE_TOKEN = re.compile(r"[^\s+(),\[\]]+")
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,34 @@ def layer_times(graph: SourceGraph, nodes: Iterable[NodeTime]) -> dict[str, floa
     for node in nodes:
         key = graph.layer_of(node)
         total[key] = total.get(key, 0.0) + node.ms
+    return total
+
+
+def engine_layer_of(graph: SourceGraph, engine_layer: str) -> list[str]:
+    """The source layers that a TensorRT engine layer computes, read from its name.
+
+    TensorRT names a fused layer by its ONNX nodes joined with `` + ``
+    (``/f.0/Conv + /f.1/Relu``), a pointwise fusion ``PWN(...)``, a reformat "Reformatting
+    CopyNode for Input Tensor 0 to <layer>". The layers named are those; where none is, the
+    layer of the first node that belongs to one (a Q/DQ node, the Relu after a Conv); else none.
+    """
+    tokens = _ENGINE_TOKEN.findall(engine_layer)
+    named = list(dict.fromkeys(t for t in tokens if t in graph.layers))
+    if named:
+        return named
+    layers = (graph.layer_of(NodeTime(token, "", 0.0)) for token in tokens)
+    return next(([layer] for layer in layers if layer != OTHER), [])
+
+
+def engine_layer_times(graph: SourceGraph, times: Mapping[str, float]) -> dict[str, float]:
+    """Ms per run of each layer of ``graph`` (and :data:`OTHER`), from the times of its TensorRT
+    engine's layers (:func:`automl.pipeline.trt_engine.profile_engine`); an engine layer that
+    computes several source layers is shared out evenly among them."""
+    total: dict[str, float] = dict.fromkeys(graph.layers, 0.0)
+    for name, ms in times.items():
+        layers = engine_layer_of(graph, name) or [OTHER]
+        for layer in layers:
+            total[layer] = total.get(layer, 0.0) + ms / len(layers)
     return total
 
 

@@ -6,9 +6,11 @@ kernels ran: TensorRT picks the fastest kernel per layer, and a flag such as
 TensorRT provider does (its parser, the builder flags of the method's provider options) with
 detailed profiling, and reads TensorRT's engine inspector; :func:`compute_precisions` counts the
 compute layers by the data type they take, and :func:`check_engine_precision` fails a trial whose
-engine runs none in its method's precision. Needs the ``tensorrt`` package and a GPU, except for
-the counting, which reads the inspector's JSON. ONNX Runtime's own engines cannot be read so: it
-builds them without detailed profiling, and their inspector lists layer names only.
+engine runs none in its method's precision; :func:`profile_engine` times each layer of such an
+engine with TensorRT's profiler, for per-layer methods. Needs the ``tensorrt`` package and a
+GPU, except for the counting, which reads the inspector's JSON. ONNX Runtime's own engines
+cannot be read so: it builds them without detailed profiling, and their inspector lists layer
+names only.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from automl.catalog import get_method
 from automl.errors import TrialFailed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-# The precision each TensorRT method claims to run its convolutions and matrix products in.
-CLAIMED = {"int8-trt": "int8", "fp8-trt": "fp8", "fp16": "fp16"}
 # TensorRT's layer and parameter types that compute (fused or not): the layers a method's
 # precision is about. Reformats, Q/DQ, shuffles and constants are not.
 _COMPUTE = re.compile(r"conv|gemm|matrixmultiply|fullyconnected", re.IGNORECASE)
@@ -49,15 +52,22 @@ def compute_precisions(inspector: Mapping[str, Any]) -> dict[str, int]:
         ValueError: The layers carry no types: the engine was built without detailed
             profiling, so its layers are names only.
     """
+    return dict(sorted(Counter(layer_precisions(inspector).values()).items()))
+
+
+def layer_precisions(inspector: Mapping[str, Any]) -> dict[str, str]:
+    """The input data type of each compute layer, by the engine's layer name (see
+    :func:`compute_precisions`; :func:`automl.pipeline.profile.engine_layer_of` finds the
+    source layer of a name)."""
     layers = inspector.get("Layers", [])
     if any(isinstance(layer, str) for layer in layers):
         raise ValueError("the engine records layer names only: build it with detailed profiling")
-    counts: Counter[str] = Counter()
-    for layer in layers:
-        kind = f"{layer.get('LayerType', '')} {layer.get('ParameterType', '')}"
-        if _COMPUTE.search(kind) and layer.get("Inputs"):
-            counts[_data_type(layer["Inputs"][0].get("Format/Datatype", ""))] += 1
-    return dict(sorted(counts.items()))
+    return {
+        layer.get("Name", str(i)): _data_type(layer["Inputs"][0].get("Format/Datatype", ""))
+        for i, layer in enumerate(layers)
+        if _COMPUTE.search(f"{layer.get('LayerType', '')} {layer.get('ParameterType', '')}")
+        and layer.get("Inputs")
+    }
 
 
 def _data_type(format_name: str) -> str:
@@ -67,7 +77,7 @@ def _data_type(format_name: str) -> str:
 
 def precision_refusal(method: str, precisions: Mapping[str, int]) -> str | None:
     """Why an engine does not run ``method``'s precision; None when one compute layer does."""
-    claimed = CLAIMED.get(method)
+    claimed = get_method(method).engine_precision
     if claimed is None or precisions.get(claimed, 0) > 0:
         return None
     return (
@@ -134,6 +144,75 @@ def build_and_inspect(
     """
     import tensorrt as trt
 
+    engine = _build_engine(onnx_path, options, batch, shape)
+    information = engine.create_engine_inspector().get_engine_information(
+        trt.LayerInformationFormat.JSON
+    )
+    return json.loads(information)
+
+
+def profile_engine(
+    onnx_path: Path, options: Mapping[str, str], batch: np.ndarray, runs: int = 10
+) -> dict[str, float]:
+    """Mean ms per run of each layer of the graph's TensorRT engine, by TensorRT's profiler.
+
+    The engine is built as :func:`build_and_inspect` builds it, for ``batch``'s shape, and run
+    on ``batch`` (cast to its input's type) once untimed, then ``runs`` times. ONNX Runtime's
+    profiler sees a TensorRT engine as one node; this sees its layers, by the names that
+    :func:`automl.pipeline.profile.engine_layer_of` maps to the source graph's. Needs the
+    ``tensorrt`` package and torch with CUDA (for the engine's buffers).
+
+    Raises:
+        RuntimeError: TensorRT cannot parse, build or run the graph.
+    """
+    import tensorrt as trt
+    import torch
+
+    engine = _build_engine(onnx_path, options, len(batch), tuple(batch.shape[1:]))
+    context = engine.create_execution_context()
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+    context.set_input_shape(inputs[0], tuple(batch.shape))
+    buffers = {}
+    for name in names:
+        dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+        empty = torch.from_numpy(np.empty(0, dtype=dtype))
+        buffers[name] = torch.empty(tuple(context.get_tensor_shape(name)), dtype=empty.dtype,
+                                    device="cuda")  # fmt: skip
+    buffers[inputs[0]].copy_(torch.from_numpy(np.ascontiguousarray(batch)).to(
+        buffers[inputs[0]].dtype))  # fmt: skip
+    bindings = [buffers[n].data_ptr() for n in names]
+    if not context.execute_v2(bindings):  # untimed: the first run pays for lazy set-up
+        raise RuntimeError(f"TensorRT could not run the engine of {onnx_path.name}")
+    collector = _layer_time_collector(trt)
+    context.profiler = collector
+    for _ in range(runs):
+        context.execute_v2(bindings)
+    return {name: ms / runs for name, ms in collector.total.items()}
+
+
+def _layer_time_collector(trt: Any) -> Any:
+    """An ``IProfiler`` that sums each layer's reported time in ``total`` (a class made here:
+    the ``tensorrt`` package is optional)."""
+
+    class LayerTimes(trt.IProfiler):
+        def __init__(self) -> None:
+            trt.IProfiler.__init__(self)
+            self.total: Counter[str] = Counter()
+
+        def report_layer_time(self, layer_name: str, ms: float) -> None:
+            self.total[layer_name] += ms
+
+    return LayerTimes()
+
+
+def _build_engine(
+    onnx_path: Path, options: Mapping[str, str], batch: int, shape: tuple[int, ...]
+) -> Any:
+    """The graph's engine, built with TensorRT's parser, the provider options' precision flags
+    and detailed profiling, for batches up to ``batch``."""
+    import tensorrt as trt
+
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(0)
@@ -153,8 +232,4 @@ def build_and_inspect(
     plan = builder.build_serialized_network(network, config)
     if plan is None:
         raise RuntimeError(f"TensorRT cannot build an engine of {onnx_path.name}")
-    engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
-    information = engine.create_engine_inspector().get_engine_information(
-        trt.LayerInformationFormat.JSON
-    )
-    return json.loads(information)
+    return trt.Runtime(logger).deserialize_cuda_engine(plan)

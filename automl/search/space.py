@@ -146,7 +146,8 @@ class SearchSpace(BaseModel):
                     f"parameter {name!r}: keep_fp32 applies to per-layer methods only "
                     f"({per_layer}), and a trial can draw it with "
                     f"{whole or 'a bit-width (a whole-graph method)'}: name the method knob, "
-                    "and give keep_fp32 'when: {method: [int8-mixed]}'"
+                    f"and give keep_fp32 'when: {{method: [{', '.join(per_layer)}]}}' "
+                    "(those of them that the space offers)"
                 )
 
     def candidate_keys(self) -> list[str]:

@@ -33,6 +33,7 @@ def test_without_a_gpu_it_checks_the_recipes_on_the_cpu_and_exits_2(tmp_path) ->
     assert done.returncode == 2 == report["exit_status"], done.stdout + done.stderr
     assert "fail" not in status.values(), report["checks"]
     assert status["TensorrtExecutionProvider starts"] == "missing"
+    assert status["int8-trt-mixed on TensorrtExecutionProvider"] == "missing"
     methods = {row["method"] for row in report["methods"]}
     assert methods == {"fp32", "fp16", "int8-trt", "fp8-trt"}  # every recipe, on the CPU
     assert report["environment"]["trial_versions"].keys() == {"cuda", "cudnn", "tensorrt"}

@@ -66,7 +66,7 @@ def test_defining_a_method_registers_it_in_catalog_order(scratch_catalog) -> Non
 def test_calibration_is_declared_by_the_static_methods() -> None:
     calibrated = {m.name for m in METHODS.values() if m.needs_calibration}
 
-    assert calibrated == {"int8-static", "int8-mixed", "int8-trt", "fp8-trt"}
+    assert calibrated == {"int8-static", "int8-mixed", "int8-trt", "int8-trt-mixed", "fp8-trt"}
 
 
 def test_methods_of_bit_widths_follow_the_old_form() -> None:

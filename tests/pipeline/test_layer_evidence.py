@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import onnx
 import pytest
 
-from automl.errors import SpecError
+from automl.errors import SpecError, TrialFailed
 from automl.pipeline.layer_evidence import LayerEvidence, keep_order, layer_evidence
 from automl.pipeline.quantize import quantize_method
 from automl.targets import load_target
@@ -50,17 +51,18 @@ def _fp32_layers(path) -> set[str]:
     return {n.name for n in graph.node if n.op_type in ("Conv", "Gemm") and n.input[1] in weights}
 
 
+@pytest.mark.parametrize("method", ["int8-mixed", "int8-trt-mixed"])
 def test_the_mixed_method_keeps_the_named_layers_and_only_those(
-    exported_models, digits, evidence, tmp_path
+    exported_models, digits, evidence, tmp_path, method
 ) -> None:
     kept = keep_order(evidence)[:1]
     mixed = quantize_method(
-        exported_models["cnn"], tmp_path / "mixed.onnx", "int8-mixed",
+        exported_models["cnn"], tmp_path / "mixed.onnx", method,
         calibration=digits.x_calib, keep=kept,
     )  # fmt: skip
     assert _fp32_layers(mixed.path) == set(kept)
     full = quantize_method(
-        exported_models["cnn"], tmp_path / "full.onnx", "int8-mixed", calibration=digits.x_calib
+        exported_models["cnn"], tmp_path / "full.onnx", method, calibration=digits.x_calib
     )
     assert _fp32_layers(full.path) == set()
     with pytest.raises(SpecError, match=r"quantizes the whole graph.*int8-mixed"):
@@ -129,3 +131,44 @@ def test_a_node_after_a_quantized_layer_stays_quantized_with_it(padded_net, digi
     assert _fp32_layers(second.path) == set(layers[1:2])
     # The first conv's output is int8-rounded anyway; its ReLU stays fused with it.
     assert relu in _quantized_tensors(second.path)
+
+
+_PROFILED: list = []  # (options, batch shape) of each call of _engine_times
+
+
+def _engine_times(path: Path, options: dict, batch) -> dict[str, float]:
+    """What TensorRT's profiler reports for ``path`` (needs a GPU): here, each Conv or Gemm
+    fused with its Relu, 1 ms when its weight is int8 (behind a DequantizeLinear), else 3."""
+    graph = onnx.load(str(path)).graph
+    dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
+    _PROFILED.append((dict(options), batch.shape))
+    return {
+        f"{n.name} + {n.name}_relu": 1.0 if n.input[1] in dequantized else 3.0
+        for n in graph.node
+        if n.op_type in ("Conv", "Gemm")
+    }
+
+
+def test_on_tensorrt_the_layers_are_timed_by_the_engine_profiler(
+    exported_models, digits, monkeypatch
+) -> None:
+    monkeypatch.setattr("automl.pipeline.layer_evidence.profile_engine", _engine_times)
+    _PROFILED.clear()
+    rows = layer_evidence(exported_models["cnn"], load_target("a100"), digits, 8, "int8-trt-mixed")
+
+    assert [(r.fp32_ms, r.int8_ms) for r in rows] == [(3.0, 1.0)] * 3
+    # Both forms are built with the method's flags (outside int8, TensorRT may run fp16).
+    flags = {"trt_int8_enable": "True", "trt_fp16_enable": "True"}
+    assert [(options.items() >= flags.items(), shape[0]) for options, shape in _PROFILED] == [
+        (True, 8),
+        (True, 8),
+    ]
+    assert all(-1 <= r.accuracy_drop <= 1 and r.divergence >= 0 for r in rows)
+
+
+def test_without_tensorrt_a_per_layer_trt_method_fails_naming_the_install(
+    exported_models, digits, monkeypatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # import tensorrt raises ImportError
+    with pytest.raises(TrialFailed, match=r"tensorrt package.*GPU_EXTRAS=dev,gpu,tensorrt"):
+        layer_evidence(exported_models["cnn"], load_target("a100"), digits, 8, "int8-trt-mixed")

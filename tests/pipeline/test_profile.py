@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import onnx
 import pytest
 
 from automl.pipeline.profile import (
     OTHER,
     NodeTime,
     SourceGraph,
+    engine_layer_of,
+    engine_layer_times,
     explain_no_gain,
     layer_times,
     op_times,
@@ -79,3 +82,32 @@ def test_a_trace_without_run_marks_counts_every_run() -> None:
     event = {"cat": "Node", "name": "conv_kernel_time", "ts": 5, "dur": 3000,
              "args": {"op_name": "Conv"}}  # fmt: skip
     assert _node_times([event, {**event, "ts": 9}], runs=2) == [NodeTime("conv", "Conv", 2.0)]
+
+
+def test_tensorrt_layer_names_find_the_source_layers_they_compute(
+    exported_models, digits, tmp_path
+) -> None:
+    # TensorRT's parser names an engine's layers by the ONNX nodes they fuse, joined by " + ".
+    source = SourceGraph(exported_models["cnn"])
+    first, second, fc = source.layers
+    relu1, relu2 = (next(n.name for n in source.consumers[source.nodes[conv].output[0]])
+                    for conv in (first, second))  # fmt: skip
+    int8 = quantize_method(
+        exported_models["cnn"], tmp_path / "int8.onnx", "int8-trt", calibration=digits.x_calib
+    )
+    quantize = f"{source.nodes[fc].input[0]}_QuantizeLinear"  # the Q before the Gemm
+    assert quantize in {n.name for n in onnx.load(str(int8.path)).graph.node}
+    times = {
+        f"{first} + {relu1}": 2.0,
+        f"Reformatting CopyNode for Input Tensor 0 to {first} + {relu1}": 0.5,
+        f"PWN({relu2})": 0.25,  # a pointwise fusion: the layer that feeds it
+        quantize: 0.125,  # a Q/DQ node: the layer its tensor feeds
+        f"{second} + {fc}": 1.0,  # two layers in one kernel share its time
+        "Reformatting CopyNode for Output Tensor 0 to 7": 0.0625,  # no layer named
+    }
+
+    assert engine_layer_of(source, f"PWN({relu2})") == [second]
+    assert engine_layer_of(source, f"{second} + {fc}") == [second, fc]
+    assert engine_layer_times(source, times) == {
+        first: 2.5, second: 0.25 + 0.5, fc: 0.125 + 0.5, OTHER: 0.0625
+    }  # fmt: skip

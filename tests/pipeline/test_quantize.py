@@ -198,7 +198,11 @@ def test_trt_methods_need_calibration(exported_models, tmp_path, method):
 
 
 # The TensorRT methods: the type of their weights, activations and zero points.
-TRT_TYPES = {"int8-trt": onnx.TensorProto.INT8, "fp8-trt": onnx.TensorProto.FLOAT8E4M3FN}
+TRT_TYPES = {
+    "int8-trt": onnx.TensorProto.INT8,
+    "int8-trt-mixed": onnx.TensorProto.INT8,  # no layer kept: the int8-trt graph
+    "fp8-trt": onnx.TensorProto.FLOAT8E4M3FN,
+}
 
 
 def test_the_recipes_checked_here_are_the_tensorrt_methods_of_the_catalog() -> None:
@@ -224,7 +228,7 @@ def trt(
             # on CPUs without VNNI, so Q/DQ stay unfused. fp8: the CPU EP's ReluQuantRewrite
             # drops each Relu before an fp8 QuantizeLinear (the cnn falls to 10 %), so sessions
             # leave it out (the method's unsafe_rewrites).
-            if method == "int8-trt":
+            if TRT_TYPES[method] == onnx.TensorProto.INT8:
                 logits = _predict(q.path, digits.x_test, fuse=False)
             else:
                 logits = _predict(q.path, digits.x_test, disabled=METHODS[method].unsafe_rewrites)

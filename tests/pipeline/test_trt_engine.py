@@ -6,11 +6,12 @@ import sys
 
 import pytest
 
+from automl.catalog import METHODS
 from automl.errors import TrialFailed
 from automl.pipeline.trt_engine import (
-    CLAIMED,
     check_engine_precision,
     compute_precisions,
+    layer_precisions,
     precision_refusal,
 )
 
@@ -38,6 +39,11 @@ def test_compute_layers_are_counted_by_the_type_they_take() -> None:
     ]}  # fmt: skip
 
     assert compute_precisions(inspector) == {"fp16": 1, "int8": 2}
+    assert layer_precisions(inspector) == {  # by name, for int8-trt-mixed's kept layers
+        "/features.0/Conv + /features.1/Relu": "int8",
+        "/features.3/Conv + /features.4/Relu": "int8",
+        "/classifier/Gemm": "fp16",
+    }
     assert precision_refusal("int8-trt", compute_precisions(inspector)) is None
 
 
@@ -56,7 +62,13 @@ def test_an_fp8_graph_whose_engine_ran_fp16_is_refused_saying_what_ran() -> None
 
 
 def test_methods_without_a_tensorrt_precision_claim_nothing() -> None:
-    assert set(CLAIMED) == {"int8-trt", "fp8-trt", "fp16"}
+    claims = {m.name: m.engine_precision for m in METHODS.values() if m.engine_precision}
+    assert claims == {
+        "int8-trt": "int8",
+        "int8-trt-mixed": "int8",
+        "fp8-trt": "fp8",
+        "fp16": "fp16",
+    }
     assert precision_refusal("fp32", {"fp32": 4}) is None
 
 

@@ -88,7 +88,7 @@ def test_precisions_are_the_bits_of_the_methods(name: str) -> None:
         assert (target.methods, target.precisions) == (CPU_METHODS, (32, 16, 8, 4))
     else:  # fp32 and fp16 on the CUDA provider, 8 bits through TensorRT; no int4 recipe yet
         hopper = ("fp8-trt",) if name in ("h100", "h200") else ()
-        assert target.methods == ("fp32", "fp16", "int8-trt", *hopper)
+        assert target.methods == ("fp32", "fp16", "int8-trt", "int8-trt-mixed", *hopper)
         assert target.precisions == (32, 16, 8)
 
 

@@ -8,13 +8,13 @@ import tempfile
 from collections import defaultdict
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from automl.catalog._registry import LAYER_OPS
 from automl.errors import UnsupportedQuantization
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     import numpy as np
     import onnx
@@ -52,7 +52,7 @@ def to_qdq(
     weights: str = "QInt8",
     calibrate: str = "MinMax",
     reduce_range: bool = False,
-    extra: dict[str, bool] | None = None,
+    extra: Mapping[str, bool] | None = None,
     exclude: Sequence[str] = (),
     only: Sequence[str] = (),
 ) -> None:
@@ -83,10 +83,31 @@ def to_qdq(
                 weight_type=getattr(QuantType, weights),
                 activation_type=getattr(QuantType, activations),
                 calibrate_method=getattr(CalibrationMethod, calibrate),
-                extra_options=extra or {},
+                extra_options=dict(extra or {}),
                 nodes_to_exclude=fp32_region(graph, exclude),
                 nodes_to_quantize=list(only),
             )
+
+
+class KeepsLayers:
+    """Makes a QDQ method per-layer: put it before the method's class. The method's ``qdq``
+    (its :func:`to_qdq` keywords) on every layer but those kept (see
+    :meth:`automl.catalog.Method.convert_layers`)."""
+
+    per_layer = True
+    qdq: Mapping[str, Any]
+
+    def convert_layers(
+        self,
+        src: Path,
+        dst: Path,
+        calibration: np.ndarray | None,
+        *,
+        keep: Sequence[str] = (),
+        only: Sequence[str] = (),
+    ) -> None:
+        assert calibration is not None  # needs_calibration: the quantize stage checks it
+        to_qdq(src, dst, calibration, **self.qdq, exclude=keep, only=only)
 
 
 def fp32_region(graph: onnx.GraphProto, keep: Sequence[str]) -> list[str]:

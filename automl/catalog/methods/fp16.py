@@ -21,6 +21,7 @@ class Fp16(Method):
     name = "fp16"
     bits = 16
     cache_tag = "fp16-keep-io"
+    engine_precision = "fp16"
     backends = ("ort-cpu", "ort-cuda", "ort-tensorrt")
     provider_options = MappingProxyType({TRT: {"trt_fp16_enable": "True"}})
     legacy = (16, None)

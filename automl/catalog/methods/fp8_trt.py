@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from automl.catalog._registry import TRT, Method
 from automl.catalog.methods._tools import to_qdq
+from automl.catalog.methods.int8_trt import SYMMETRIC_FLOAT_BIAS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -22,6 +23,7 @@ class Fp8Trt(Method):
     bits = 8
     needs_calibration = True
     cache_tag = "qdq-e4m3-per-channel-distribution-float-bias"
+    engine_precision = "fp8"
     backends = ("ort-tensorrt",)
     provider_options = MappingProxyType({TRT: {"trt_fp16_enable": "True"}})
     # The CPU EP's ReluQuantRewrite drops a Relu before a QuantizeLinear whose zero point is the
@@ -34,7 +36,6 @@ class Fp8Trt(Method):
         # ORT calibrates float8 only by Distribution (scale = std / std of E4M3). Without
         # ActivationSymmetric, ORT drops each Relu before a Q as if 0 were the type's minimum.
         assert calibration is not None
-        extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
         to_qdq(
             src,
             dst,
@@ -42,5 +43,5 @@ class Fp8Trt(Method):
             activations="QFLOAT8E4M3FN",
             weights="QFLOAT8E4M3FN",
             calibrate="Distribution",
-            extra=extra,
+            extra=SYMMETRIC_FLOAT_BIAS,
         )

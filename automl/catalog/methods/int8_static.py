@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from automl.catalog._registry import Method
@@ -25,7 +26,8 @@ class Int8Static(Method):
     backends = ("ort-cpu",)
     legacy = (8, "static")
     accuracy_drop = 0.03
+    qdq = MappingProxyType({"activations": "QUInt8", "reduce_range": True})
 
     def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
         assert calibration is not None  # needs_calibration: the quantize stage checks it
-        to_qdq(src, dst, calibration, activations="QUInt8", reduce_range=True)
+        to_qdq(src, dst, calibration, **self.qdq)

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+# Zero points 0 on both sides, and biases left float (TensorRT's Q/DQ recipe).
+SYMMETRIC_FLOAT_BIAS = MappingProxyType(
+    {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
+)
+
+
 class Int8Trt(Method):
     """QDQ with signed, symmetric int8 (zero points 0) and per-channel weights; biases stay
     float, as TensorRT has no int32 dequantization to fold them from. Layers outside Q/DQ pairs
@@ -23,12 +29,14 @@ class Int8Trt(Method):
     bits = 8
     needs_calibration = True
     cache_tag = "qdq-s8s8-symmetric-per-channel-float-bias"
+    engine_precision = "int8"
     backends = ("ort-tensorrt",)
     provider_options = MappingProxyType(
         {TRT: {"trt_int8_enable": "True", "trt_fp16_enable": "True"}}
     )
 
+    qdq = MappingProxyType({"activations": "QInt8", "extra": SYMMETRIC_FLOAT_BIAS})
+
     def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
         assert calibration is not None
-        extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
-        to_qdq(src, dst, calibration, activations="QInt8", extra=extra)
+        to_qdq(src, dst, calibration, **self.qdq)
