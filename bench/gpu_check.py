@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +55,11 @@ from automl.pipeline.ort_packages import (
     require_single_ort,
 )
 from automl.pipeline.placement import check_placement, node_placements, placement_counts
-from automl.pipeline.profile import SourceGraph, engine_layer_of, engine_layer_times
+from automl.pipeline.profile import SourceGraph, engine_layer_times
 from automl.pipeline.quantize import quantize_method
 from automl.pipeline.timers import bound_timers
 from automl.pipeline.train import train
-from automl.pipeline.trt_engine import (
-    build_and_inspect,
-    check_engine_precision,
-    layer_precisions,
-    profile_engine,
-)
+from automl.pipeline.trt_engine import check_engine_precision, profile_engine
 from automl.targets import detect_gpu_names, is_present, list_targets, load_target
 from automl.targets.presence import provider_starts
 
@@ -246,8 +242,8 @@ def method_row(
 
 def _engine_precision(
     report: Report, name: str, method: str, path: Path, data: Any
-) -> dict[str, int] | None:
-    """Compute layers per data type in TensorRT's engine of the graph, built as a trial's."""
+) -> dict[str, Any] | None:
+    """What TensorRT's engine of the graph, built as a trial's, runs its compute layers in."""
     options = get_backend("ort-tensorrt").provider_options(method).get(TRT, {})
     try:
         precisions = check_engine_precision(path, method, options, 64, data.input_shape, None)
@@ -256,9 +252,9 @@ def _engine_precision(
         return None
     if precisions is None:
         report.check(f"{name}: engine precision", "missing", f"no tensorrt; install: {INSTALL}")
-    else:
-        report.check(f"{name}: engine precision", "pass", json.dumps(precisions))
-    return precisions
+        return None
+    report.check(f"{name}: engine precision", "pass", json.dumps(asdict(precisions)))
+    return asdict(precisions)
 
 
 def mixed_layers(report: Report, fp32: Path, data: Any, workdir: Path) -> dict[str, Any] | None:
@@ -273,13 +269,10 @@ def mixed_layers(report: Report, fp32: Path, data: Any, workdir: Path) -> dict[s
     out = workdir / "quantized" / "int8-trt-mixed-first.onnx"
     path = quantize_method(fp32, out, "int8-trt-mixed", calibration=data.x_calib, keep=[kept]).path
     options = get_backend("ort-tensorrt").provider_options("int8-trt-mixed").get(TRT, {})
-    ran: dict[str, list[str]] = {layer: [] for layer in source.layers}
-    inspector = build_and_inspect(path, options, 64, data.input_shape)
-    for engine_layer, data_type in layer_precisions(inspector).items():
-        for layer in engine_layer_of(source, engine_layer):
-            ran[layer].append(data_type)
-    holds = bool(ran[kept]) and "int8" not in ran[kept]
-    holds &= all("int8" in types for layer, types in ran.items() if layer != kept)
+    precision = check_engine_precision(path, "int8-trt-mixed", options, 64, data.input_shape, None)
+    ran = precision.layers if precision is not None else {}
+    holds = ran.keys() == source.layers.keys() and "int8" not in ran[kept].split("+")
+    holds &= all(ran[layer] == "int8" for layer in source.layers if layer != kept)
     report.check(f"{name}: the kept layer {kept} runs outside int8, the others in int8",
                  "pass" if holds else "fail", json.dumps(ran))  # fmt: skip
     batch = np.ascontiguousarray(data.x_test[:64])

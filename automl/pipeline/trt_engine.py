@@ -5,8 +5,8 @@ kernels ran: TensorRT picks the fastest kernel per layer, and a flag such as
 ``trt_fp16_enable`` only allows fp16. :func:`build_and_inspect` builds a graph as ONNX Runtime's
 TensorRT provider does (its parser, the builder flags of the method's provider options) with
 detailed profiling, and reads TensorRT's engine inspector; :func:`compute_precisions` counts the
-compute layers by the data type they take, and :func:`check_engine_precision` fails a trial whose
-engine runs none in its method's precision; :func:`profile_engine` times each layer of such an
+compute layers by the data type they take, :func:`check_engine_precision` finds each layer of the
+graph among them and fails a trial whose engine runs none in its method's precision; :func:`profile_engine` times each layer of such an
 engine with TensorRT's profiler, for per-layer methods. Needs the ``tensorrt`` package and a
 GPU, except for the counting, which reads the inspector's JSON. ONNX Runtime's own engines
 cannot be read so: it builds them without detailed profiling, and their inspector lists layer
@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
+from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from automl.catalog import get_method
 from automl.errors import TrialFailed
+from automl.pipeline.profile import SourceGraph, engine_layer_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -86,7 +88,37 @@ def precision_refusal(method: str, precisions: Mapping[str, int]) -> str | None:
     )
 
 
-_RECORD = "precision.json"  # in the engine folder: cached with the engines it describes
+# In the engine folder, cached with the engines it describes: each compute layer's data type.
+_RECORD = "layer_precision.json"
+
+
+@dataclass(frozen=True)
+class EnginePrecision:
+    """What a graph's TensorRT engine runs its compute layers in.
+
+    Attributes:
+        counts: Compute layers per data type (see :func:`compute_precisions`).
+        layers: Each layer of the graph (Conv, Gemm, MatMul) that an engine layer computes, with
+            that data type (several joined by ``+``).
+    """
+
+    counts: dict[str, int]
+    layers: dict[str, str]
+
+    @classmethod
+    def of(cls, onnx_path: Path, by_engine_layer: Mapping[str, str]) -> EnginePrecision:
+        """From :func:`layer_precisions`, the engine's layers found in the graph by name."""
+        graph = SourceGraph(onnx_path)
+        types: dict[str, set[str]] = defaultdict(set)
+        for name, data_type in by_engine_layer.items():
+            for layer in engine_layer_of(graph, name):
+                types[layer].add(data_type)
+        return cls(
+            counts=dict(sorted(Counter(by_engine_layer.values()).items())),
+            layers={
+                layer: "+".join(sorted(types[layer])) for layer in graph.layers if layer in types
+            },
+        )
 
 
 def check_engine_precision(
@@ -96,33 +128,34 @@ def check_engine_precision(
     batch: int,
     shape: tuple[int, ...],
     folder: Path | None,
-) -> dict[str, int] | None:
-    """Compute layers per data type of the graph's TensorRT engine, checked against ``method``.
+) -> EnginePrecision | None:
+    """What the graph's TensorRT engine runs its compute layers in, checked against ``method``.
 
     Read from ``folder`` (the trial's engine folder, see
     :func:`automl.trials.trial.engine_folder`) where an earlier trial wrote it, else built
     (:func:`build_and_inspect`) and written there.
 
     Returns:
-        The counts (see :func:`compute_precisions`); None without the ``tensorrt`` package.
+        The precision; None without the ``tensorrt`` package.
 
     Raises:
         TrialFailed: The engine runs none of its compute layers in the method's precision.
     """
     record = folder / _RECORD if folder is not None else None
     if record is not None and record.is_file():
-        precisions = json.loads(record.read_text())
+        by_engine_layer = json.loads(record.read_text())
     else:
         try:
             import tensorrt  # noqa: F401
         except ImportError:
             return None
-        precisions = compute_precisions(build_and_inspect(onnx_path, options, batch, shape))
+        by_engine_layer = layer_precisions(build_and_inspect(onnx_path, options, batch, shape))
         if record is not None:
-            record.write_text(json.dumps(precisions))
-    if refusal := precision_refusal(method, precisions):
+            record.write_text(json.dumps(by_engine_layer))
+    precision = EnginePrecision.of(onnx_path, by_engine_layer)
+    if refusal := precision_refusal(method, precision.counts):
         raise TrialFailed(refusal)
-    return precisions
+    return precision
 
 
 def build_and_inspect(

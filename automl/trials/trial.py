@@ -17,7 +17,7 @@ from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency, per_sample_in_turn
 from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.pipeline.timers import backend_session
-from automl.pipeline.trt_engine import check_engine_precision
+from automl.pipeline.trt_engine import EnginePrecision, check_engine_precision
 from automl.records import QUANTIZATION_GAIN
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
@@ -180,7 +180,11 @@ def run_trial(
             "onnx_max_abs_diff": onnx_diff,
             **({"layers": built["layers"]} if "layers" in built else {}),
             **({"baseline": asdict(baseline)} if baseline else {}),
-            **({"engine_precision": precision} if precision is not None else {}),
+            **(
+                {"engine_precision": precision.counts, "engine_layers": precision.layers}
+                if precision is not None
+                else {}
+            ),
         },
         reused=stages.reused,
         serving=served and served["record"],
@@ -311,8 +315,8 @@ def _engine_precision(
     batch_size: int,
     shape: tuple[int, ...],
     engine_dir: Path | None,
-) -> dict[str, int] | None:
-    """On TensorRT, the compute layers per data type of the graph's engine (see
+) -> EnginePrecision | None:
+    """On TensorRT, what the graph's engine runs its compute layers in (see
     :func:`automl.pipeline.trt_engine.check_engine_precision`); None elsewhere."""
     backend = target.backend_for(method)
     if TRT not in backend.providers:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
 
 from automl.catalog import METHODS
 from automl.errors import TrialFailed
+from automl.pipeline.profile import SourceGraph
+from automl.pipeline.quantize import quantize_method
 from automl.pipeline.trt_engine import (
+    EnginePrecision,
     check_engine_precision,
     compute_precisions,
     layer_precisions,
@@ -78,14 +82,30 @@ def test_an_engine_built_without_detailed_profiling_cannot_tell() -> None:
         compute_precisions({"Layers": ["/conv", "/fc"]})
 
 
-def test_a_trial_reads_the_precision_kept_with_its_engines_and_fails_on_none(tmp_path) -> None:
-    # The record sits in the engine folder, published with the engines it describes.
-    (tmp_path / "precision.json").write_text('{"fp16": 3}')
-    args = ({"trt_fp16_enable": "True"}, 8, (1, 8, 8), tmp_path)
+def test_a_trial_reads_the_precision_kept_with_its_engines_per_layer_and_fails_on_none(
+    exported_models, digits, tmp_path
+) -> None:
+    source = SourceGraph(exported_models["cnn"])
+    first, second, fc = source.layers
+    relu = next(n.name for n in source.consumers[source.nodes[first].output[0]])
+    mixed = quantize_method(
+        exported_models["cnn"], tmp_path / "mixed.onnx", "int8-trt-mixed",
+        calibration=digits.x_calib, keep=[first],
+    )  # fmt: skip
+    # The record sits in the engine folder, published with the engines it describes: each
+    # compute layer's type by the engine's layer names, which are the graph's nodes.
+    engines = tmp_path / "engines"
+    engines.mkdir()
+    by_engine_layer = {f"{first} + {relu}": "fp16", second: "int8", f"{fc}": "int8"}
+    (engines / "layer_precision.json").write_text(json.dumps(by_engine_layer))
+    args = ({"trt_int8_enable": "True", "trt_fp16_enable": "True"}, 8, (1, 8, 8), engines)
 
-    assert check_engine_precision(tmp_path / "g.onnx", "fp16", *args) == {"fp16": 3}
-    with pytest.raises(TrialFailed, match="none of its compute layers in int8"):
-        check_engine_precision(tmp_path / "g.onnx", "int8-trt", *args)
+    precision = check_engine_precision(mixed.path, "int8-trt-mixed", *args)
+    assert precision == EnginePrecision(
+        counts={"fp16": 1, "int8": 2}, layers={first: "fp16", second: "int8", fc: "int8"}
+    )
+    with pytest.raises(TrialFailed, match="none of its compute layers in fp8"):
+        check_engine_precision(mixed.path, "fp8-trt", *args)
 
 
 def test_without_the_tensorrt_package_nothing_is_recorded(tmp_path, monkeypatch) -> None:
