@@ -134,7 +134,7 @@ def _layer_times(
     except ImportError as e:
         raise TrialFailed(
             f"{method} orders its layers by TensorRT's per-layer times, which need the "
-            f"tensorrt package and torch with CUDA ({e}); install: {backend.install}"
+            f"tensorrt package ({e}); install: {backend.install}"
         ) from e
     except RuntimeError as e:
         raise TrialFailed(f"TensorRT could not time the layers of this graph: {e}") from e

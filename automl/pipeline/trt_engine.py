@@ -193,13 +193,14 @@ def profile_engine(
     on ``batch`` (cast to its input's type) once untimed, then ``runs`` times. ONNX Runtime's
     profiler sees a TensorRT engine as one node; this sees its layers, by the names that
     :func:`automl.pipeline.profile.engine_layer_of` maps to the source graph's. Needs the
-    ``tensorrt`` package and torch with CUDA (for the engine's buffers).
+    ``tensorrt`` package; the engine's buffers are ONNX Runtime's, on the first visible GPU.
 
     Raises:
-        RuntimeError: TensorRT cannot parse, build or run the graph.
+        RuntimeError: TensorRT cannot parse, build or run the graph, or this ONNX Runtime
+            cannot hold memory on a GPU.
     """
+    import onnxruntime as ort
     import tensorrt as trt
-    import torch
 
     engine = _build_engine(onnx_path, options, len(batch), tuple(batch.shape[1:]))
     context = engine.create_execution_context()
@@ -209,11 +210,12 @@ def profile_engine(
     buffers = {}
     for name in names:
         dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
-        empty = torch.from_numpy(np.empty(0, dtype=dtype))
-        buffers[name] = torch.empty(tuple(context.get_tensor_shape(name)), dtype=empty.dtype,
-                                    device="cuda")  # fmt: skip
-    buffers[inputs[0]].copy_(torch.from_numpy(np.ascontiguousarray(batch)).to(
-        buffers[inputs[0]].dtype))  # fmt: skip
+        if name == inputs[0]:
+            array = np.ascontiguousarray(batch, dtype=dtype)
+            buffers[name] = ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0)
+        else:
+            shape = list(context.get_tensor_shape(name))
+            buffers[name] = ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, "cuda", 0)
     bindings = [buffers[n].data_ptr() for n in names]
     if not context.execute_v2(bindings):  # untimed: the first run pays for lazy set-up
         raise RuntimeError(f"TensorRT could not run the engine of {onnx_path.name}")
