@@ -1,5 +1,5 @@
 """Helpers shared by the benchmarks: a quiet study run, a model served as a serving study serves
-it, and the API server in a process."""
+it, the API server in a process, and the bootstrap interval of a ratio of means."""
 
 from __future__ import annotations
 
@@ -105,3 +105,30 @@ def start_server(url: str, workdir: Path, token: str) -> tuple[subprocess.Popen,
             time.sleep(0.05)
     process.kill()
     raise RuntimeError(f"the server did not start; see {workdir / 'server.log'}")
+
+
+BOOTSTRAP = 10_000
+
+
+def ratio_interval(
+    default: list[float], random: list[float], groups: list[int] | None = None, seed: int = 0
+) -> tuple[float, ...]:
+    """The ratio of means, default over random, and its paired 95 % bootstrap interval.
+
+    With ``groups`` (one label per pair: its pretrained model), pairs are resampled within their
+    group, so that every model keeps its share of the mean.
+    """
+    pairs = np.array([default, random])
+    labels = np.zeros(pairs.shape[1], dtype=int) if groups is None else np.asarray(groups)
+    rng = np.random.default_rng(seed)
+    picks = np.concatenate(
+        [
+            rng.choice(members, size=(BOOTSTRAP, members.size))
+            for members in (np.flatnonzero(labels == label) for label in np.unique(labels))
+        ],
+        axis=1,
+    )
+    means = pairs[:, picks].mean(axis=2)
+    ratios = means[0] / np.maximum(means[1], 1e-12)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(pairs[0].mean() / max(pairs[1].mean(), 1e-12)), float(low), float(high)

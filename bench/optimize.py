@@ -27,14 +27,12 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from bench._common import run_study
+from bench._common import ratio_interval, run_study
 from bench.models import MODELS, BenchModel
 
 SAMPLERS = ("default", "random")
-BOOTSTRAP = 10_000
 
 
 def pretrain(model: BenchModel, source: str, path: Path, epochs: int, seed: int = 0) -> float:
@@ -65,30 +63,6 @@ def summarize(study) -> tuple[float, int | None, float | None]:
         t.user_attrs["quantization_gain"] for t in feasible if "quantization_gain" in t.user_attrs
     ]
     return best, at, max(gains, default=None)
-
-
-def ratio_interval(
-    default: list[float], random: list[float], groups: list[int] | None = None, seed: int = 0
-) -> tuple[float, ...]:
-    """The ratio of means, default over random, and its paired 95 % bootstrap interval.
-
-    With ``groups`` (one label per pair: its pretrained model), pairs are resampled within their
-    group, so that every model keeps its share of the mean.
-    """
-    pairs = np.array([default, random])
-    labels = np.zeros(pairs.shape[1], dtype=int) if groups is None else np.asarray(groups)
-    rng = np.random.default_rng(seed)
-    picks = np.concatenate(
-        [
-            rng.choice(members, size=(BOOTSTRAP, members.size))
-            for members in (np.flatnonzero(labels == label) for label in np.unique(labels))
-        ],
-        axis=1,
-    )
-    means = pairs[:, picks].mean(axis=2)
-    ratios = means[0] / np.maximum(means[1], 1e-12)
-    low, high = np.percentile(ratios, [2.5, 97.5])
-    return float(pairs[0].mean() / max(pairs[1].mean(), 1e-12)), float(low), float(high)
 
 
 Rows = dict[str, list[tuple[float, int | None]]]

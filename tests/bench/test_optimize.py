@@ -16,7 +16,7 @@ def _ratio_interval(
     default: list[float], random: list[float], groups: list[int] | None = None
 ) -> list[float]:
     code = (
-        "import json, sys; from bench.optimize import ratio_interval; "
+        "import json, sys; from bench._common import ratio_interval; "
         "print(json.dumps(ratio_interval(*json.loads(sys.argv[1]))))"
     )
     out = subprocess.run(
