@@ -33,6 +33,7 @@ from automl.errors import TrialFailed
 from automl.pipeline._ort import feed, input_dtype, input_name, make_session
 from automl.pipeline.profile import SourceGraph, engine_layer_times, layer_times, profile_graph
 from automl.pipeline.quantize import graph_input_dtype
+from automl.pipeline.timers import ORT_ERRORS
 from automl.pipeline.trt_engine import profile_engine
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def _layer_times(
             f"{method} orders its layers by TensorRT's per-layer times, which need the "
             f"tensorrt package ({e}); install: {backend.install}"
         ) from e
-    except RuntimeError as e:
+    except ORT_ERRORS as e:  # RuntimeError among them: TensorRT's, or no memory on a GPU
         raise TrialFailed(f"TensorRT could not time the layers of this graph: {e}") from e
 
 

@@ -31,7 +31,7 @@ from automl.pipeline._ort import feed, input_dtype, input_name
 from automl.pipeline.timers import backend_session
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Sequence
 
     from automl.targets import Target
 
@@ -40,8 +40,10 @@ LAYOUT_OPS = frozenset({"Transpose", "ReorderInput", "ReorderOutput"})
 OTHER = "other"  # time of nodes that belong to no layer (layout changes, pooling, the input's)
 _RUNS = 10
 _SUFFIXES = re.compile(r"(_kernel_time|_token_\d+|_nchwc)+$")
-# What may be a node's or a tensor's name in a TensorRT layer's name.
-_ENGINE_TOKEN = re.compile(r"[^\s+(),\[\]]+")
+# What may be a node's or a tensor's name in a TensorRT layer's name, and what TensorRT appends
+# to a node's name in a copy of it.
+_ENGINE_TOKEN = re.compile(r"[^\s+(),\[\]{}]+")
+_NODE_SUFFIXES = re.compile(r"(_clone_\d+)+$")
 
 
 @dataclass(frozen=True)
@@ -166,15 +168,35 @@ def layer_times(graph: SourceGraph, nodes: Iterable[NodeTime]) -> dict[str, floa
     return total
 
 
-def engine_layer_of(graph: SourceGraph, engine_layer: str) -> list[str]:
-    """The source layers that a TensorRT engine layer computes, read from its name.
+@dataclass(frozen=True)
+class EngineLayer:
+    """One layer of a TensorRT engine (see :mod:`automl.pipeline.trt_engine`).
 
-    TensorRT names a fused layer by its ONNX nodes joined with `` + ``
-    (``/f.0/Conv + /f.1/Relu``), a pointwise fusion ``PWN(...)``, a reformat "Reformatting
-    CopyNode for Input Tensor 0 to <layer>". The layers named are those; where none is, the
-    layer of the first node that belongs to one (a Q/DQ node, the Relu after a Conv); else none.
+    Attributes:
+        name: Its name in the engine (the inspector's and the profiler's).
+        nodes: The ONNX nodes that its metadata names (``[ONNX Layer: ...]``, TensorRT 10).
+        data_type: The type its first input takes, for a compute layer.
+        ms: Its time per run, where it was profiled.
     """
-    tokens = _ENGINE_TOKEN.findall(engine_layer)
+
+    name: str
+    nodes: tuple[str, ...] = ()
+    data_type: str | None = None
+    ms: float = 0.0
+
+
+def engine_layer_of(graph: SourceGraph, layer: EngineLayer) -> list[str]:
+    """The layers of ``graph`` that a TensorRT engine layer computes.
+
+    Read from the ONNX nodes its metadata names, then from its name: TensorRT names a fused
+    layer by its ONNX nodes joined with `` + `` (``/f.0/Conv + /f.1/Relu``), a pointwise fusion
+    ``PWN(...)``, a reformat "Reformatting CopyNode for Input Tensor 0 to <layer>"; a Myelin
+    layer's name (``/f_0/Conv_myl0_3``) is no node's, so it needs the metadata. The layers named
+    are those; where none is, the layer of the first node that belongs to one (a Q/DQ node, the
+    Relu after a Conv); else none.
+    """
+    tokens = [_NODE_SUFFIXES.sub("", token).removeprefix("node_of_")
+              for token in (*layer.nodes, *_ENGINE_TOKEN.findall(layer.name))]  # fmt: skip
     named = list(dict.fromkeys(t for t in tokens if t in graph.layers))
     if named:
         return named
@@ -182,15 +204,15 @@ def engine_layer_of(graph: SourceGraph, engine_layer: str) -> list[str]:
     return next(([layer] for layer in layers if layer != OTHER), [])
 
 
-def engine_layer_times(graph: SourceGraph, times: Mapping[str, float]) -> dict[str, float]:
+def engine_layer_times(graph: SourceGraph, layers: Iterable[EngineLayer]) -> dict[str, float]:
     """Ms per run of each layer of ``graph`` (and :data:`OTHER`), from the times of its TensorRT
     engine's layers (:func:`automl.pipeline.trt_engine.profile_engine`); an engine layer that
-    computes several source layers is shared out evenly among them."""
+    computes several layers of the graph is shared out evenly among them."""
     total: dict[str, float] = dict.fromkeys(graph.layers, 0.0)
-    for name, ms in times.items():
-        layers = engine_layer_of(graph, name) or [OTHER]
-        for layer in layers:
-            total[layer] = total.get(layer, 0.0) + ms / len(layers)
+    for layer in layers:
+        mine = engine_layer_of(graph, layer) or [OTHER]
+        for name in mine:
+            total[name] = total.get(name, 0.0) + layer.ms / len(mine)
     return total
 
 

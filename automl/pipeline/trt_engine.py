@@ -18,26 +18,30 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from automl.catalog import get_method
 from automl.errors import TrialFailed
-from automl.pipeline.profile import SourceGraph, engine_layer_of
+from automl.pipeline.profile import EngineLayer, SourceGraph, engine_layer_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
 # TensorRT's layer and parameter types that compute (fused or not): the layers a method's
 # precision is about. Reformats, Q/DQ, shuffles and constants are not.
+# Read in a layer's type, parameter type and tactic: a Myelin "fusion" layer of a GEMM and its
+# activation has neither type but runs a "...xmma_gemm..." tactic.
 _COMPUTE = re.compile(r"conv|gemm|matrixmultiply|fullyconnected", re.IGNORECASE)
 # Data types as "Format/Datatype" names them ("Thirty-two wide channel vectorized row major
-# Int8 format", "Row major linear FP32", ...), the narrowest first.
+# Int8 format", "Row major linear FP32", a Myelin layer's bare "Half", ...), the narrowest first.
 _TYPES = (("fp8", r"\bfp8\b|e4m3"), ("int8", r"\bint8\b"), ("fp16", r"\bfp16\b|\bhalf\b"),
-          ("bf16", r"\bbf16\b"), ("fp32", r"\bfp32\b|\bfloat\b"))  # fmt: skip
+          ("bf16", r"\bbf16\b|bfloat16"), ("fp32", r"\bfp32\b|\bfloat\b"))  # fmt: skip
+# The ONNX nodes a layer's metadata names (TensorRT 10, detailed profiling).
+_ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]\x1e\x1f]+)\]")
 
 
 def compute_precisions(inspector: Mapping[str, Any]) -> dict[str, int]:
@@ -54,22 +58,34 @@ def compute_precisions(inspector: Mapping[str, Any]) -> dict[str, int]:
         ValueError: The layers carry no types: the engine was built without detailed
             profiling, so its layers are names only.
     """
-    return dict(sorted(Counter(layer_precisions(inspector).values()).items()))
+    return dict(sorted(Counter(layer.data_type for layer in compute_layers(inspector)).items()))
 
 
-def layer_precisions(inspector: Mapping[str, Any]) -> dict[str, str]:
-    """The input data type of each compute layer, by the engine's layer name (see
-    :func:`compute_precisions`; :func:`automl.pipeline.profile.engine_layer_of` finds the
-    source layer of a name)."""
+def compute_layers(inspector: Mapping[str, Any]) -> list[EngineLayer]:
+    """The engine's compute layers, each with its input's data type and the ONNX nodes it
+    computes (see :func:`compute_precisions`; :func:`automl.pipeline.profile.engine_layer_of`
+    finds the graph's layers among them)."""
+    return [layer for layer in engine_layers(inspector) if layer.data_type is not None]
+
+
+def engine_layers(inspector: Mapping[str, Any]) -> list[EngineLayer]:
+    """Every layer of the engine, named as its profiler names it; a compute layer with the data
+    type of its first input."""
     layers = inspector.get("Layers", [])
     if any(isinstance(layer, str) for layer in layers):
         raise ValueError("the engine records layer names only: build it with detailed profiling")
-    return {
-        layer.get("Name", str(i)): _data_type(layer["Inputs"][0].get("Format/Datatype", ""))
-        for i, layer in enumerate(layers)
-        if _COMPUTE.search(f"{layer.get('LayerType', '')} {layer.get('ParameterType', '')}")
-        and layer.get("Inputs")
-    }
+    return [_engine_layer(layer, i) for i, layer in enumerate(layers)]
+
+
+def _engine_layer(layer: Mapping[str, Any], index: int) -> EngineLayer:
+    kind = " ".join(str(layer.get(k, "")) for k in ("LayerType", "ParameterType", "TacticName"))
+    inputs = layer.get("Inputs") or [{}]
+    computes = _COMPUTE.search(kind) and layer.get("Inputs")
+    return EngineLayer(
+        name=layer.get("Name", str(index)),
+        nodes=tuple(_ONNX_LAYER.findall(str(layer.get("Metadata", "")))),
+        data_type=_data_type(inputs[0].get("Format/Datatype", "")) if computes else None,
+    )
 
 
 def _data_type(format_name: str) -> str:
@@ -88,7 +104,7 @@ def precision_refusal(method: str, precisions: Mapping[str, int]) -> str | None:
     )
 
 
-# In the engine folder, cached with the engines it describes: each compute layer's data type.
+# In the engine folder, cached with the engines it describes: the engine's compute layers.
 _RECORD = "layer_precision.json"
 
 
@@ -106,15 +122,15 @@ class EnginePrecision:
     layers: dict[str, str]
 
     @classmethod
-    def of(cls, onnx_path: Path, by_engine_layer: Mapping[str, str]) -> EnginePrecision:
-        """From :func:`layer_precisions`, the engine's layers found in the graph by name."""
+    def of(cls, onnx_path: Path, computing: Sequence[EngineLayer]) -> EnginePrecision:
+        """From the engine's :func:`compute_layers`, found among the graph's layers."""
         graph = SourceGraph(onnx_path)
         types: dict[str, set[str]] = defaultdict(set)
-        for name, data_type in by_engine_layer.items():
-            for layer in engine_layer_of(graph, name):
-                types[layer].add(data_type)
+        for engine_layer in computing:
+            for layer in engine_layer_of(graph, engine_layer):
+                types[layer].add(str(engine_layer.data_type))
         return cls(
-            counts=dict(sorted(Counter(by_engine_layer.values()).items())),
+            counts=dict(sorted(Counter(str(e.data_type) for e in computing).items())),
             layers={
                 layer: "+".join(sorted(types[layer])) for layer in graph.layers if layer in types
             },
@@ -143,16 +159,17 @@ def check_engine_precision(
     """
     record = folder / _RECORD if folder is not None else None
     if record is not None and record.is_file():
-        by_engine_layer = json.loads(record.read_text())
+        computing = [EngineLayer(**{**row, "nodes": tuple(row["nodes"])})
+                     for row in json.loads(record.read_text())]  # fmt: skip
     else:
         try:
             import tensorrt  # noqa: F401
         except ImportError:
             return None
-        by_engine_layer = layer_precisions(build_and_inspect(onnx_path, options, batch, shape))
+        computing = compute_layers(build_and_inspect(onnx_path, options, batch, shape))
         if record is not None:
-            record.write_text(json.dumps(by_engine_layer))
-    precision = EnginePrecision.of(onnx_path, by_engine_layer)
+            record.write_text(json.dumps([asdict(layer) for layer in computing]))
+    precision = EnginePrecision.of(onnx_path, computing)
     if refusal := precision_refusal(method, precision.counts):
         raise TrialFailed(refusal)
     return precision
@@ -175,9 +192,12 @@ def build_and_inspect(
     Raises:
         RuntimeError: TensorRT cannot parse or build the graph.
     """
+    return _inspect(_build_engine(onnx_path, options, batch, shape))
+
+
+def _inspect(engine: Any) -> dict[str, Any]:
     import tensorrt as trt
 
-    engine = _build_engine(onnx_path, options, batch, shape)
     information = engine.create_engine_inspector().get_engine_information(
         trt.LayerInformationFormat.JSON
     )
@@ -186,14 +206,16 @@ def build_and_inspect(
 
 def profile_engine(
     onnx_path: Path, options: Mapping[str, str], batch: np.ndarray, runs: int = 10
-) -> dict[str, float]:
-    """Mean ms per run of each layer of the graph's TensorRT engine, by TensorRT's profiler.
+) -> list[EngineLayer]:
+    """Every layer of the graph's TensorRT engine with its mean ms per run, by TensorRT's
+    profiler.
 
     The engine is built as :func:`build_and_inspect` builds it, for ``batch``'s shape, and run
     on ``batch`` (cast to its input's type) once untimed, then ``runs`` times. ONNX Runtime's
-    profiler sees a TensorRT engine as one node; this sees its layers, by the names that
-    :func:`automl.pipeline.profile.engine_layer_of` maps to the source graph's. Needs the
-    ``tensorrt`` package; the engine's buffers are ONNX Runtime's, on the first visible GPU.
+    profiler sees a TensorRT engine as one node; this sees its layers, with the ONNX nodes that
+    the same engine's inspector says each computes (see
+    :func:`automl.pipeline.profile.engine_layer_of`). Needs the ``tensorrt`` package; the
+    engine's buffers are ONNX Runtime's, on the first visible GPU.
 
     Raises:
         RuntimeError: TensorRT cannot parse, build or run the graph, or this ONNX Runtime
@@ -206,7 +228,8 @@ def profile_engine(
     context = engine.create_execution_context()
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
-    context.set_input_shape(inputs[0], tuple(batch.shape))
+    if not context.set_input_shape(inputs[0], tuple(batch.shape)):
+        raise RuntimeError(f"the engine of {onnx_path.name} takes no batch of {len(batch)}")
     buffers = {}
     for name in names:
         dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
@@ -221,9 +244,11 @@ def profile_engine(
         raise RuntimeError(f"TensorRT could not run the engine of {onnx_path.name}")
     collector = _layer_time_collector(trt)
     context.profiler = collector
-    for _ in range(runs):
-        context.execute_v2(bindings)
-    return {name: ms / runs for name, ms in collector.total.items()}
+    if not all([context.execute_v2(bindings) for _ in range(runs)]):
+        raise RuntimeError(f"TensorRT could not run the engine of {onnx_path.name}")
+    nodes = {layer.name: layer.nodes for layer in engine_layers(_inspect(engine))}
+    return [EngineLayer(name, nodes.get(name, ()), ms=ms / runs)
+            for name, ms in collector.total.items()]  # fmt: skip
 
 
 def _layer_time_collector(trt: Any) -> Any:

@@ -10,6 +10,7 @@ import pytest
 
 from automl.errors import SpecError, TrialFailed
 from automl.pipeline.layer_evidence import LayerEvidence, keep_order, layer_evidence
+from automl.pipeline.profile import EngineLayer
 from automl.pipeline.quantize import quantize_method
 from automl.targets import load_target
 
@@ -136,17 +137,18 @@ def test_a_node_after_a_quantized_layer_stays_quantized_with_it(padded_net, digi
 _PROFILED: list = []  # (options, batch shape) of each call of _engine_times
 
 
-def _engine_times(path: Path, options: dict, batch) -> dict[str, float]:
-    """What TensorRT's profiler reports for ``path`` (needs a GPU): here, each Conv or Gemm
-    fused with its Relu, 1 ms when its weight is int8 (behind a DequantizeLinear), else 3."""
+def _engine_times(path: Path, options: dict, batch) -> list[EngineLayer]:
+    """What TensorRT's profiler reports for ``path`` (needs a GPU): here, each Conv or Gemm in
+    a Myelin layer that its metadata names, 1 ms when its weight is int8 (behind a
+    DequantizeLinear), else 3."""
     graph = onnx.load(str(path)).graph
     dequantized = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
     _PROFILED.append((dict(options), batch.shape))
-    return {
-        f"{n.name} + {n.name}_relu": 1.0 if n.input[1] in dequantized else 3.0
-        for n in graph.node
+    return [
+        EngineLayer(f"__myl_{i}_myl0_{i}", (n.name,), ms=1.0 if n.input[1] in dequantized else 3.0)
+        for i, n in enumerate(graph.node)
         if n.op_type in ("Conv", "Gemm")
-    }
+    ]
 
 
 def test_on_tensorrt_the_layers_are_timed_by_the_engine_profiler(

@@ -7,6 +7,7 @@ import pytest
 
 from automl.pipeline.profile import (
     OTHER,
+    EngineLayer,
     NodeTime,
     SourceGraph,
     engine_layer_of,
@@ -97,17 +98,24 @@ def test_tensorrt_layer_names_find_the_source_layers_they_compute(
     )
     quantize = f"{source.nodes[fc].input[0]}_QuantizeLinear"  # the Q before the Gemm
     assert quantize in {n.name for n in onnx.load(str(int8.path)).graph.node}
-    times = {
-        f"{first} + {relu1}": 2.0,
-        f"Reformatting CopyNode for Input Tensor 0 to {first} + {relu1}": 0.5,
-        f"PWN({relu2})": 0.25,  # a pointwise fusion: the layer that feeds it
-        quantize: 0.125,  # a Q/DQ node: the layer its tensor feeds
-        f"{second} + {fc}": 1.0,  # two layers in one kernel share its time
-        "Reformatting CopyNode for Output Tensor 0 to 7": 0.0625,  # no layer named
-    }
+    layers = [
+        EngineLayer(f"{first} + {relu1}", ms=2.0),
+        EngineLayer(f"Reformatting CopyNode for Input Tensor 0 to {first} + {relu1}", ms=0.5),
+        EngineLayer(f"PWN({relu2})", ms=0.25),  # a pointwise fusion: the layer that feeds it
+        EngineLayer(f"{quantize}_clone_0", ms=0.125),  # a Q/DQ copy: the layer its tensor feeds
+        EngineLayer(f"{second} + {fc}", ms=1.0),  # two layers in one kernel share its time
+        EngineLayer("Reformatting CopyNode for Output Tensor 0 to 7", ms=0.0625),  # no layer
+    ]
 
-    assert engine_layer_of(source, f"PWN({relu2})") == [second]
-    assert engine_layer_of(source, f"{second} + {fc}") == [second, fc]
-    assert engine_layer_times(source, times) == {
+    assert engine_layer_of(source, layers[2]) == [second]
+    assert engine_layer_of(source, layers[4]) == [second, fc]
+    assert engine_layer_of(source, layers[5]) == []
+    assert engine_layer_times(source, layers) == {
         first: 2.5, second: 0.25 + 0.5, fc: 0.125 + 0.5, OTHER: 0.0625
     }  # fmt: skip
+    # TensorRT 10's Myelin names no node ("." turned "_", a suffix added): its metadata does.
+    myelin = f"{fc.replace('.', '_')}_myl0_3"
+    assert engine_layer_of(source, EngineLayer(myelin)) == []
+    assert engine_layer_of(source, EngineLayer(myelin, nodes=(fc,))) == [fc]
+    foreign = EngineLayer(f"{{ForeignNode[{second}...{fc}]}}", nodes=(second, relu2, fc))
+    assert engine_layer_of(source, foreign) == [second, fc]

@@ -9,13 +9,13 @@ import pytest
 
 from automl.catalog import METHODS
 from automl.errors import TrialFailed
-from automl.pipeline.profile import SourceGraph
+from automl.pipeline.profile import EngineLayer, SourceGraph
 from automl.pipeline.quantize import quantize_method
 from automl.pipeline.trt_engine import (
     EnginePrecision,
     check_engine_precision,
+    compute_layers,
     compute_precisions,
-    layer_precisions,
     precision_refusal,
 )
 
@@ -43,12 +43,32 @@ def test_compute_layers_are_counted_by_the_type_they_take() -> None:
     ]}  # fmt: skip
 
     assert compute_precisions(inspector) == {"fp16": 1, "int8": 2}
-    assert layer_precisions(inspector) == {  # by name, for int8-trt-mixed's kept layers
-        "/features.0/Conv + /features.1/Relu": "int8",
-        "/features.3/Conv + /features.4/Relu": "int8",
-        "/classifier/Gemm": "fp16",
-    }
+    assert [(e.name, e.data_type) for e in compute_layers(inspector)] == [
+        ("/features.0/Conv + /features.1/Relu", "int8"),
+        ("/features.3/Conv + /features.4/Relu", "int8"),
+        ("/classifier/Gemm", "fp16"),
+    ]
     assert precision_refusal("int8-trt", compute_precisions(inspector)) is None
+
+
+def test_a_myelin_fusion_computes_by_its_tactic_and_names_its_nodes_in_its_metadata() -> None:
+    # As TensorRT 10 describes a GEMM fused with its activation (NVIDIA/TensorRT#4397): no
+    # ParameterType, a bare data type, the ONNX nodes in the metadata.
+    fused = {
+        "Name": "__myl_Fc_myl0_69", "LayerType": "fusion",
+        "TacticName": "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x64x64_by_fusion_tactic",
+        "Metadata": "[ONNX Layer: /classifier/Gemm]\x1e[ONNX Layer: /classifier/Relu]",
+        "Inputs": [{"Name": "x", "Format/Datatype": "Half"}],
+    }  # fmt: skip
+    pointwise = {"Name": "__myl_Add_myl0_70", "LayerType": "kgen", "TacticName": "__myl_Add",
+                 "Inputs": [{"Name": "y", "Format/Datatype": "Float"}]}  # fmt: skip
+
+    assert compute_layers({"Layers": [fused, pointwise]}) == [
+        EngineLayer("__myl_Fc_myl0_69", ("/classifier/Gemm", "/classifier/Relu"), "fp16")
+    ]
+    assert compute_precisions(
+        {"Layers": [{**fused, "Inputs": [{"Format/Datatype": "BFloat16"}]}]}
+    ) == {"bf16": 1}
 
 
 def test_an_fp8_graph_whose_engine_ran_fp16_is_refused_saying_what_ran() -> None:
@@ -96,8 +116,12 @@ def test_a_trial_reads_the_precision_kept_with_its_engines_per_layer_and_fails_o
     # compute layer's type by the engine's layer names, which are the graph's nodes.
     engines = tmp_path / "engines"
     engines.mkdir()
-    by_engine_layer = {f"{first} + {relu}": "fp16", second: "int8", f"{fc}": "int8"}
-    (engines / "layer_precision.json").write_text(json.dumps(by_engine_layer))
+    computing = [
+        {"name": f"{first} + {relu}", "nodes": [], "data_type": "fp16", "ms": 0.0},
+        {"name": second, "nodes": [], "data_type": "int8", "ms": 0.0},
+        {"name": "__myl_Fc_myl0_0", "nodes": [fc], "data_type": "int8", "ms": 0.0},  # Myelin
+    ]
+    (engines / "layer_precision.json").write_text(json.dumps(computing))
     args = ({"trt_int8_enable": "True", "trt_fp16_enable": "True"}, 8, (1, 8, 8), engines)
 
     precision = check_engine_precision(mixed.path, "int8-trt-mixed", *args)
