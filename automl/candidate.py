@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from automl.catalog import FAMILIES, INT8_MODES, Method, get_method, legacy_bits, method_for
+from automl.catalog import (
+    FAMILIES,
+    INT8_MODES,
+    METHODS,
+    Method,
+    get_method,
+    legacy_bits,
+    method_for,
+)
 from automl.errors import SpecError
 from automl.plugins import PLUGIN
 
@@ -204,10 +212,11 @@ class Candidate:
         if self.batch_size < 1:
             raise SpecError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.keep_fp32 < 0 or (self.keep_fp32 and not self.quant_method.per_layer):
+            per_layer = ", ".join(m for m, entry in METHODS.items() if entry.per_layer)
             raise SpecError(
                 f"keep_fp32={self.keep_fp32}: it is a count of layers >= 0, and only a per-layer "
                 f"method keeps layers in fp32, not {self.quant_method.name!r}; in a space, give it "
-                "'when: {method: [int8-mixed]}'"
+                f"'when: {{method: [...]}}' naming the space's per-layer methods ({per_layer})"
             )
         if not 0.0 <= self.pruning_ratio < 1.0:
             raise SpecError(f"pruning_ratio must be in [0, 1), got {self.pruning_ratio}")

@@ -272,7 +272,7 @@ def mixed_layers(report: Report, fp32: Path, data: Any, workdir: Path) -> dict[s
     precision = check_engine_precision(path, "int8-trt-mixed", options, 64, data.input_shape, None)
     ran = precision.layers if precision is not None else {}
     holds = ran.keys() == source.layers.keys() and "int8" not in ran[kept].split("+")
-    holds &= all(ran[layer] == "int8" for layer in source.layers if layer != kept)
+    holds &= all(ran.get(layer) == "int8" for layer in source.layers if layer != kept)
     report.check(f"{name}: the kept layer {kept} runs outside int8, the others in int8",
                  "pass" if holds else "fail", json.dumps(ran))  # fmt: skip
     batch = np.ascontiguousarray(data.x_test[:64])

@@ -4,11 +4,12 @@ Q/DQ nodes placed on TensorRT and an accuracy close to the CPU's do not show tha
 kernels ran: TensorRT picks the fastest kernel per layer, and a flag such as
 ``trt_fp16_enable`` only allows fp16. :func:`build_and_inspect` builds a graph as ONNX Runtime's
 TensorRT provider does (its parser, the builder flags of the method's provider options) with
-detailed profiling, and reads TensorRT's engine inspector; :func:`compute_precisions` counts the
-compute layers by the data type they take, :func:`check_engine_precision` finds each layer of the
-graph among them and fails a trial whose engine runs none in its method's precision; :func:`profile_engine` times each layer of such an
-engine with TensorRT's profiler, for per-layer methods. Needs the ``tensorrt`` package and a
-GPU, except for the counting, which reads the inspector's JSON. ONNX Runtime's own engines
+detailed profiling, and reads TensorRT's engine inspector; :func:`compute_layers` gives its
+compute layers with the data type each takes, :func:`check_engine_precision` finds the graph's
+layers among them and fails a trial whose engine runs none in its method's precision, and
+:func:`profile_engine` times each layer of such an engine with TensorRT's profiler, for
+per-layer methods. Needs the ``tensorrt`` package and a GPU, except for the reading of the
+inspector's JSON. ONNX Runtime's own engines
 cannot be read so: it builds them without detailed profiling, and their inspector lists layer
 names only.
 """
@@ -28,7 +29,7 @@ from automl.errors import TrialFailed
 from automl.pipeline.profile import EngineLayer, SourceGraph, engine_layer_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from pathlib import Path
 
 # TensorRT's layer and parameter types that compute (fused or not): the layers a method's
@@ -44,33 +45,31 @@ _TYPES = (("fp8", r"\bfp8\b|e4m3"), ("int8", r"\bint8\b"), ("fp16", r"\bfp16\b|\
 _ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]\x1e\x1f]+)\]")
 
 
-def compute_precisions(inspector: Mapping[str, Any]) -> dict[str, int]:
-    """Compute layers per input data type, from the engine inspector's JSON.
+def precision_counts(computing: Iterable[EngineLayer]) -> dict[str, int]:
+    """Compute layers per input data type, e.g. ``{"int8": 3, "fp16": 1}``; a layer whose type
+    is not named is ``"other"``."""
+    return dict(sorted(Counter(str(layer.data_type) for layer in computing).items()))
+
+
+def compute_layers(inspector: Mapping[str, Any]) -> list[EngineLayer]:
+    """The engine's compute layers, each with its input's data type and the ONNX nodes it
+    computes (:func:`automl.pipeline.profile.engine_layer_of` finds the graph's layers among
+    them).
 
     Args:
         inspector: ``IEngineInspector.get_engine_information(LayerInformationFormat.JSON)``,
             parsed, of an engine built with detailed profiling verbosity.
 
-    Returns:
-        E.g. ``{"int8": 3, "fp16": 1}``; a layer whose type is not named is ``"other"``.
-
     Raises:
         ValueError: The layers carry no types: the engine was built without detailed
             profiling, so its layers are names only.
     """
-    return dict(sorted(Counter(layer.data_type for layer in compute_layers(inspector)).items()))
-
-
-def compute_layers(inspector: Mapping[str, Any]) -> list[EngineLayer]:
-    """The engine's compute layers, each with its input's data type and the ONNX nodes it
-    computes (see :func:`compute_precisions`; :func:`automl.pipeline.profile.engine_layer_of`
-    finds the graph's layers among them)."""
     return [layer for layer in engine_layers(inspector) if layer.data_type is not None]
 
 
 def engine_layers(inspector: Mapping[str, Any]) -> list[EngineLayer]:
     """Every layer of the engine, named as its profiler names it; a compute layer with the data
-    type of its first input."""
+    type of its first input (see :func:`compute_layers`)."""
     layers = inspector.get("Layers", [])
     if any(isinstance(layer, str) for layer in layers):
         raise ValueError("the engine records layer names only: build it with detailed profiling")
@@ -104,8 +103,9 @@ def precision_refusal(method: str, precisions: Mapping[str, int]) -> str | None:
     )
 
 
-# In the engine folder, cached with the engines it describes: the engine's compute layers.
-_RECORD = "layer_precision.json"
+# In the engine folder, cached with the engines it describes: the engine's compute layers. Its
+# name is part of the folder's key (a folder published with another record is not reused).
+ENGINE_RECORD = "layer_precision.json"
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class EnginePrecision:
     """What a graph's TensorRT engine runs its compute layers in.
 
     Attributes:
-        counts: Compute layers per data type (see :func:`compute_precisions`).
+        counts: Compute layers per data type (see :func:`precision_counts`).
         layers: Each layer of the graph (Conv, Gemm, MatMul) that an engine layer computes, with
             that data type (several joined by ``+``).
     """
@@ -130,7 +130,7 @@ class EnginePrecision:
             for layer in engine_layer_of(graph, engine_layer):
                 types[layer].add(str(engine_layer.data_type))
         return cls(
-            counts=dict(sorted(Counter(str(e.data_type) for e in computing).items())),
+            counts=precision_counts(computing),
             layers={
                 layer: "+".join(sorted(types[layer])) for layer in graph.layers if layer in types
             },
@@ -155,9 +155,10 @@ def check_engine_precision(
         The precision; None without the ``tensorrt`` package.
 
     Raises:
-        TrialFailed: The engine runs none of its compute layers in the method's precision.
+        TrialFailed: The engine runs none of its compute layers in the method's precision (a
+            per-layer method's graph that kept every layer claims none).
     """
-    record = folder / _RECORD if folder is not None else None
+    record = folder / ENGINE_RECORD if folder is not None else None
     if record is not None and record.is_file():
         computing = [EngineLayer(**{**row, "nodes": tuple(row["nodes"])})
                      for row in json.loads(record.read_text())]  # fmt: skip
@@ -170,9 +171,17 @@ def check_engine_precision(
         if record is not None:
             record.write_text(json.dumps([asdict(layer) for layer in computing]))
     precision = EnginePrecision.of(onnx_path, computing)
-    if refusal := precision_refusal(method, precision.counts):
+    refusal = precision_refusal(method, precision.counts)
+    if refusal and not (get_method(method).per_layer and _keeps_every_layer(onnx_path)):
         raise TrialFailed(refusal)
     return precision
+
+
+def _keeps_every_layer(onnx_path: Path) -> bool:
+    """Whether a per-layer method's graph kept all its layers: it has no QuantizeLinear, so
+    its engine has no precision of the method's to show."""
+    nodes = SourceGraph(onnx_path).nodes.values()
+    return not any(node.op_type == "QuantizeLinear" for node in nodes)
 
 
 def build_and_inspect(
@@ -246,6 +255,8 @@ def profile_engine(
     context.profiler = collector
     if not all([context.execute_v2(bindings) for _ in range(runs)]):
         raise RuntimeError(f"TensorRT could not run the engine of {onnx_path.name}")
+    if not collector.total:
+        raise RuntimeError(f"TensorRT's profiler reported no layer of {onnx_path.name}")
     nodes = {layer.name: layer.nodes for layer in engine_layers(_inspect(engine))}
     return [EngineLayer(name, nodes.get(name, ()), ms=ms / runs)
             for name, ms in collector.total.items()]  # fmt: skip

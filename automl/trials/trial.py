@@ -17,7 +17,7 @@ from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency, per_sample_in_turn
 from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.pipeline.timers import backend_session
-from automl.pipeline.trt_engine import EnginePrecision, check_engine_precision
+from automl.pipeline.trt_engine import ENGINE_RECORD, check_engine_precision
 from automl.records import QUANTIZATION_GAIN
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from automl.inputs.onnx_model import OnnxModel
     from automl.inputs.trained_model import TrainedModel
     from automl.pipeline.quantize import QuantizedModel
+    from automl.pipeline.trt_engine import EnginePrecision
     from automl.search.spec import Constraint, Serving
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache
@@ -339,4 +340,6 @@ def engine_folder(
     load_gpu_libraries()  # the versions are asked of the libraries that will build the engine
     runtimes = {"onnxruntime": ort.__version__, **gpu_runtime_versions()}
     options = backend.provider_options(method)
-    return cache.engine_folder(content_key(digest, batch_size, gpu, runtimes, options))
+    return cache.engine_folder(
+        content_key(digest, batch_size, gpu, runtimes, options, ENGINE_RECORD)
+    )

@@ -15,7 +15,7 @@ from automl.pipeline.trt_engine import (
     EnginePrecision,
     check_engine_precision,
     compute_layers,
-    compute_precisions,
+    precision_counts,
     precision_refusal,
 )
 
@@ -33,6 +33,10 @@ FP32 = "Row major linear FP32"
 FP8 = "Row major linear FP8 format"
 
 
+def counts(inspector: dict) -> dict[str, int]:
+    return precision_counts(compute_layers(inspector))
+
+
 def test_compute_layers_are_counted_by_the_type_they_take() -> None:
     inspector = {"Layers": [
         layer("Reformatting CopyNode for Input Tensor 0", "Reformat", "Reformat", FP32),
@@ -42,13 +46,13 @@ def test_compute_layers_are_counted_by_the_type_they_take() -> None:
         layer("/quantize", "Scale", "Scale", FP32),  # Q/DQ and the rest are not compute
     ]}  # fmt: skip
 
-    assert compute_precisions(inspector) == {"fp16": 1, "int8": 2}
+    assert counts(inspector) == {"fp16": 1, "int8": 2}
     assert [(e.name, e.data_type) for e in compute_layers(inspector)] == [
         ("/features.0/Conv + /features.1/Relu", "int8"),
         ("/features.3/Conv + /features.4/Relu", "int8"),
         ("/classifier/Gemm", "fp16"),
     ]
-    assert precision_refusal("int8-trt", compute_precisions(inspector)) is None
+    assert precision_refusal("int8-trt", counts(inspector)) is None
 
 
 def test_a_myelin_fusion_computes_by_its_tactic_and_names_its_nodes_in_its_metadata() -> None:
@@ -66,23 +70,23 @@ def test_a_myelin_fusion_computes_by_its_tactic_and_names_its_nodes_in_its_metad
     assert compute_layers({"Layers": [fused, pointwise]}) == [
         EngineLayer("__myl_Fc_myl0_69", ("/classifier/Gemm", "/classifier/Relu"), "fp16")
     ]
-    assert compute_precisions(
-        {"Layers": [{**fused, "Inputs": [{"Format/Datatype": "BFloat16"}]}]}
-    ) == {"bf16": 1}
+    assert counts({"Layers": [{**fused, "Inputs": [{"Format/Datatype": "BFloat16"}]}]}) == {
+        "bf16": 1
+    }
 
 
 def test_an_fp8_graph_whose_engine_ran_fp16_is_refused_saying_what_ran() -> None:
     # TensorRT without strong typing may pick fp16 kernels for every FP8 Q/DQ convolution.
     inspector = {"Layers": [layer("/conv", "CaskConvolution", "Convolution", FP16),
                             layer("/fc", "gemm", "MatrixMultiply", FP16)]}  # fmt: skip
-    precisions = compute_precisions(inspector)
+    precisions = counts(inspector)
 
     refusal = precision_refusal("fp8-trt", precisions)
     assert refusal is not None and "none of its compute layers in fp8" in refusal
     assert '{"fp16": 2}' in refusal
     ran_fp8 = {"Layers": [layer("/conv", "CaskConvolution", "Convolution", FP8)]}
-    assert compute_precisions(ran_fp8) == {"fp8": 1}
-    assert precision_refusal("fp8-trt", compute_precisions(ran_fp8)) is None
+    assert counts(ran_fp8) == {"fp8": 1}
+    assert precision_refusal("fp8-trt", counts(ran_fp8)) is None
 
 
 def test_methods_without_a_tensorrt_precision_claim_nothing() -> None:
@@ -99,7 +103,7 @@ def test_methods_without_a_tensorrt_precision_claim_nothing() -> None:
 def test_an_engine_built_without_detailed_profiling_cannot_tell() -> None:
     # ONNX Runtime's own engines are built so: their inspector lists layer names only.
     with pytest.raises(ValueError, match="layer names only: build it with detailed profiling"):
-        compute_precisions({"Layers": ["/conv", "/fc"]})
+        compute_layers({"Layers": ["/conv", "/fc"]})
 
 
 def test_a_trial_reads_the_precision_kept_with_its_engines_per_layer_and_fails_on_none(
@@ -130,6 +134,24 @@ def test_a_trial_reads_the_precision_kept_with_its_engines_per_layer_and_fails_o
     )
     with pytest.raises(TrialFailed, match="none of its compute layers in fp8"):
         check_engine_precision(mixed.path, "fp8-trt", *args)
+
+
+def test_a_mixed_graph_that_kept_every_layer_claims_no_int8(exported_models, digits, tmp_path):
+    layers = list(SourceGraph(exported_models["cnn"]).layers)
+    ran_fp16 = [{"name": name, "nodes": [], "data_type": "fp16", "ms": 0.0} for name in layers]
+    (tmp_path / "layer_precision.json").write_text(json.dumps(ran_fp16))
+    args = ({"trt_int8_enable": "True", "trt_fp16_enable": "True"}, 8, (1, 8, 8), tmp_path)
+
+    def check(keep: list[str]) -> EnginePrecision | None:
+        mixed = quantize_method(
+            exported_models["cnn"], tmp_path / "mixed.onnx", "int8-trt-mixed",
+            calibration=digits.x_calib, keep=keep,
+        )  # fmt: skip
+        return check_engine_precision(mixed.path, "int8-trt-mixed", *args)
+
+    assert check(layers).counts == {"fp16": 3}  # no Q/DQ left: nothing to run in int8
+    with pytest.raises(TrialFailed, match="none of its compute layers in int8"):
+        check(layers[:2])  # the third is quantized, and ran fp16
 
 
 def test_without_the_tensorrt_package_nothing_is_recorded(tmp_path, monkeypatch) -> None:
