@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, field
 from automl.catalog import (
     FAMILIES,
     INT8_MODES,
-    METHODS,
     Method,
     get_method,
     legacy_bits,
     method_for,
+    per_layer_methods,
 )
 from automl.errors import SpecError
 from automl.plugins import PLUGIN
@@ -212,7 +212,7 @@ class Candidate:
         if self.batch_size < 1:
             raise SpecError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.keep_fp32 < 0 or (self.keep_fp32 and not self.quant_method.per_layer):
-            per_layer = ", ".join(m for m, entry in METHODS.items() if entry.per_layer)
+            per_layer = ", ".join(per_layer_methods())
             raise SpecError(
                 f"keep_fp32={self.keep_fp32}: it is a count of layers >= 0, and only a per-layer "
                 f"method keeps layers in fp32, not {self.quant_method.name!r}; in a space, give it "

@@ -39,6 +39,7 @@ from automl.catalog._registry import (
     legacy_bits,
     method_for,
     methods_for_bits,
+    per_layer_methods,
 )
 
 for _package in (methods, backends, families):
@@ -67,4 +68,5 @@ __all__ = [
     "legacy_bits",
     "method_for",
     "methods_for_bits",
+    "per_layer_methods",
 ]

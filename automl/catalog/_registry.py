@@ -132,7 +132,7 @@ class Method(_Entry):
         """
         raise SpecError(
             f"method {self.name!r} quantizes the whole graph; a method that keeps layers in "
-            f"fp32 is one of {[m.name for m in METHODS.values() if m.per_layer]}"
+            f"fp32 is one of {list(per_layer_methods())}"
         )
 
 
@@ -345,6 +345,12 @@ def method_for(bits: int, int8_mode: str = "static") -> Method:
         raise SpecError(f"int8_mode={int8_mode!r} is unknown; choose one of {INT8_MODES}")
     wanted = (bits, int8_mode if bits == 8 else None)
     return next(m for m in METHODS.values() if m.legacy == wanted)
+
+
+def per_layer_methods() -> tuple[str, ...]:
+    """The methods that can leave named layers in fp32 (:attr:`Method.per_layer`), in catalog
+    order."""
+    return tuple(m.name for m in METHODS.values() if m.per_layer)
 
 
 def methods_for_bits(bits: Sequence[int]) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from automl.candidate import Candidate
-from automl.catalog import FAMILIES, METHODS, get_method, legacy_bits
+from automl.catalog import FAMILIES, get_method, legacy_bits, per_layer_methods
 from automl.errors import SpecError
 from automl.search.params import (
     FixedParam,
@@ -133,7 +133,7 @@ class SearchSpace(BaseModel):
 
     def _check_keep(self) -> None:
         """Refuse a ``keep_fp32`` that a trial can draw with a method that keeps no layers."""
-        per_layer = [m for m, entry in METHODS.items() if entry.per_layer]
+        per_layer = list(per_layer_methods())
         methods = {n: p for n, p in self.params.items() if (p.sets or n) == "method"}
         for name, param in self.params.items():
             if (param.sets or name) != "keep_fp32" or not any(param_values(param)):
