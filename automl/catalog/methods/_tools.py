@@ -8,9 +8,9 @@ import tempfile
 from collections import defaultdict
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from automl.catalog._registry import LAYER_OPS
+from automl.catalog._registry import LAYER_OPS, Method
 from automl.errors import UnsupportedQuantization
 
 if TYPE_CHECKING:
@@ -89,13 +89,23 @@ def to_qdq(
             )
 
 
+class QdqMethod(Method):
+    """A static QDQ method whose recipe is its ``qdq``: the keywords of :func:`to_qdq`."""
+
+    needs_calibration = True
+    qdq: ClassVar[Mapping[str, Any]]
+
+    def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
+        assert calibration is not None  # needs_calibration: the quantize stage checks it
+        to_qdq(src, dst, calibration, **self.qdq)
+
+
 class KeepsLayers:
-    """Makes a QDQ method per-layer: put it before the method's class. The method's ``qdq``
-    (its :func:`to_qdq` keywords) on every layer but those kept (see
-    :meth:`automl.catalog.Method.convert_layers`)."""
+    """Makes a :class:`QdqMethod` per-layer: put it before the method's class. The method's
+    ``qdq`` on every layer but those kept (see :meth:`automl.catalog.Method.convert_layers`)."""
 
     per_layer = True
-    qdq: Mapping[str, Any]
+    qdq: ClassVar[Mapping[str, Any]]
 
     def convert_layers(
         self,

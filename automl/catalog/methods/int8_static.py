@@ -3,31 +3,19 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
-from automl.catalog._registry import Method
-from automl.catalog.methods._tools import to_qdq
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    import numpy as np
+from automl.catalog.methods._tools import QdqMethod
 
 
-class Int8Static(Method):
+class Int8Static(QdqMethod):
     """QDQ with per-channel int8 weights and uint8 activations (U8S8), calibrated by MinMax.
     Weights use 7 bits (``reduce_range``): U8S8 products saturate on CPUs without VNNI (AVX2,
     AVX-512), which cost a small CNN 8 points of accuracy on an AVX2 host."""
 
     name = "int8-static"
     bits = 8
-    needs_calibration = True
     cache_tag = "qdq-u8s8-per-channel-reduce-range"
     backends = ("ort-cpu",)
     legacy = (8, "static")
     accuracy_drop = 0.03
     qdq = MappingProxyType({"activations": "QUInt8", "reduce_range": True})
-
-    def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
-        assert calibration is not None  # needs_calibration: the quantize stage checks it
-        to_qdq(src, dst, calibration, **self.qdq)

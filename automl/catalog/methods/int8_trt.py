@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
-from automl.catalog._registry import TRT, Method
-from automl.catalog.methods._tools import to_qdq
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    import numpy as np
-
+from automl.catalog._registry import TRT
+from automl.catalog.methods._tools import QdqMethod
 
 # Zero points 0 on both sides, and biases left float (TensorRT's Q/DQ recipe).
 SYMMETRIC_FLOAT_BIAS = MappingProxyType(
@@ -20,14 +13,13 @@ SYMMETRIC_FLOAT_BIAS = MappingProxyType(
 )
 
 
-class Int8Trt(Method):
+class Int8Trt(QdqMethod):
     """QDQ with signed, symmetric int8 (zero points 0) and per-channel weights; biases stay
     float, as TensorRT has no int32 dequantization to fold them from. Layers outside Q/DQ pairs
     may run in fp16 (TensorRT's "best" mode), never fp32 as TF32 alone."""
 
     name = "int8-trt"
     bits = 8
-    needs_calibration = True
     cache_tag = "qdq-s8s8-symmetric-per-channel-float-bias"
     engine_precision = "int8"
     backends = ("ort-tensorrt",)
@@ -36,7 +28,3 @@ class Int8Trt(Method):
     )
 
     qdq = MappingProxyType({"activations": "QInt8", "extra": SYMMETRIC_FLOAT_BIAS})
-
-    def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
-        assert calibration is not None
-        to_qdq(src, dst, calibration, **self.qdq)
