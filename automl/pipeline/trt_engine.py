@@ -9,9 +9,8 @@ compute layers with the data type each takes, :func:`check_engine_precision` fin
 layers among them and fails a trial whose engine runs none in its method's precision, and
 :func:`profile_engine` times each layer of such an engine with TensorRT's profiler, for
 per-layer methods. Needs the ``tensorrt`` package and a GPU, except for the reading of the
-inspector's JSON. ONNX Runtime's own engines
-cannot be read so: it builds them without detailed profiling, and their inspector lists layer
-names only.
+inspector's JSON. ONNX Runtime's own engines cannot be read so: it builds them without detailed
+profiling, and their inspector lists layer names only.
 """
 
 from __future__ import annotations
@@ -32,10 +31,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from pathlib import Path
 
-# TensorRT's layer and parameter types that compute (fused or not): the layers a method's
-# precision is about. Reformats, Q/DQ, shuffles and constants are not.
-# Read in a layer's type, parameter type and tactic: a Myelin "fusion" layer of a GEMM and its
-# activation has neither type but runs a "...xmma_gemm..." tactic.
+# TensorRT's layers that compute (fused or not), read in a layer's type, parameter type and
+# tactic: the layers a method's precision is about. Reformats, Q/DQ, shuffles and constants are
+# not; a Myelin "fusion" of a GEMM and its activation has neither type but a "...xmma_gemm..."
+# tactic.
 _COMPUTE = re.compile(r"conv|gemm|matrixmultiply|fullyconnected", re.IGNORECASE)
 # Data types as "Format/Datatype" names them ("Thirty-two wide channel vectorized row major
 # Int8 format", "Row major linear FP32", a Myelin layer's bare "Half", ...), the narrowest first.
@@ -122,9 +121,8 @@ class EnginePrecision:
     layers: dict[str, str]
 
     @classmethod
-    def of(cls, onnx_path: Path, computing: Sequence[EngineLayer]) -> EnginePrecision:
+    def of(cls, graph: SourceGraph, computing: Sequence[EngineLayer]) -> EnginePrecision:
         """From the engine's :func:`compute_layers`, found among the graph's layers."""
-        graph = SourceGraph(onnx_path)
         types: dict[str, set[str]] = defaultdict(set)
         for engine_layer in computing:
             for layer in engine_layer_of(graph, engine_layer):
@@ -170,18 +168,18 @@ def check_engine_precision(
         computing = compute_layers(build_and_inspect(onnx_path, options, batch, shape))
         if record is not None:
             record.write_text(json.dumps([asdict(layer) for layer in computing]))
-    precision = EnginePrecision.of(onnx_path, computing)
+    graph = SourceGraph(onnx_path)
+    precision = EnginePrecision.of(graph, computing)
     refusal = precision_refusal(method, precision.counts)
-    if refusal and not (get_method(method).per_layer and _keeps_every_layer(onnx_path)):
+    if refusal and not (get_method(method).per_layer and _keeps_every_layer(graph)):
         raise TrialFailed(refusal)
     return precision
 
 
-def _keeps_every_layer(onnx_path: Path) -> bool:
+def _keeps_every_layer(graph: SourceGraph) -> bool:
     """Whether a per-layer method's graph kept all its layers: it has no QuantizeLinear, so
     its engine has no precision of the method's to show."""
-    nodes = SourceGraph(onnx_path).nodes.values()
-    return not any(node.op_type == "QuantizeLinear" for node in nodes)
+    return not any(node.op_type == "QuantizeLinear" for node in graph.nodes.values())
 
 
 def build_and_inspect(
