@@ -109,7 +109,8 @@ class StudyResult:
 
         Args:
             path: The HTML file to write; its folder is created.
-            models: Export the front's models beside it, so the report's links work offline.
+            models: Export the front's models to a ``models/`` folder beside it, so the
+                report's links work offline.
 
         Returns:
             The report's path.

@@ -73,7 +73,7 @@ def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> Non
 def pareto(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
     """The Pareto front: non-dominated feasible trials."""
     from automl.report.tables import front_table
-    from automl.service.read import pareto_front
+    from automl.service.read import empty_front_reason, pareto_front
     from automl.service.studies import load
 
     try:
@@ -84,8 +84,10 @@ def pareto(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> N
         raise fail(e) from None
     if as_json:
         print_json([{k: v for k, v in t.items() if k != "user_attrs"} for t in front])
-    else:
+    elif front:
         console.print(front_table(front, spec))
+    else:
+        console.print(empty_front_reason(name, store), style="yellow", highlight=False)
 
 
 @_command("export")
@@ -186,9 +188,11 @@ def report(
     models: Annotated[bool, typer.Option(help="Export the front's models beside it.")] = True,
     storage: StorageOpt = None,
 ) -> None:
-    """Write one self-contained HTML report of a study.
+    """Write one self-contained HTML report of a study, and its front's models beside it.
 
-    It holds the front, the knobs, their importances, the failures and the environment.
+    It holds the front, the knobs, their importances, the failures and the environment; the
+    models go to a `models/` folder beside the file, which the report links to (--no-models
+    leaves them out).
     """
     from automl.report.html import write_report
     from automl.settings import get_settings

@@ -21,8 +21,8 @@ from automl.hosts import worker_name
 from automl.progress import rich_progress
 from automl.records import FAIL_REASON, WORKER
 from automl.report.tables import front_table
-from automl.service.read import pareto_front
-from automl.service.studies import load, state_counts
+from automl.service.read import empty_front_reason, pareto_front
+from automl.service.studies import load
 from automl.settings import get_settings
 from automl.storage.factory import open_artifact_store, open_storage
 from automl.targets import load_target
@@ -184,10 +184,11 @@ def run_local(
         stop.uninstall()
     reason = "interrupted" if stop.interrupted else result.reason
     console.print(f"Study {name} ended: {_ENDINGS.get(reason, reason)}.")
-    if state_counts(storage, study._study_id)[0]["COMPLETE"]:
-        console.print(front_table(pareto_front(name, storage), spec))
+    front = pareto_front(name, storage)
+    if front:
+        console.print(front_table(front, spec))
     else:
-        console.print("no complete trial yet")
+        console.print(empty_front_reason(name, storage), style="yellow", highlight=False)
     return LoopResult(ran=result.ran, reason=reason)
 
 

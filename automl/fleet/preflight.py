@@ -1,9 +1,11 @@
 """What runs before a study's first trial, for every way in: the CLI, the Python API, a worker.
 
-:func:`prepare_studies` checks, in this order, that a target can be measured here, that the
-tracking store answers, that a user's trained model scores above chance and that the load
-harness of a serving study is quick enough for its SLO, and only then creates the studies (or
-resumes them), through the one pre-flight of :mod:`automl.service.preflight`.
+:func:`prepare_studies` checks, in this order, that a target can be measured here, that each
+spec's space, target and data can make its study (see
+:func:`automl.service.studies.check_study`), that the tracking store answers, that a user's
+trained model scores above chance and that the load harness of a serving study is quick enough
+for its SLO. Each check runs on every spec before any study is created (or resumed), through
+the one pre-flight of :mod:`automl.service.preflight`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from automl.fleet.tracking import tracker
 from automl.search.compat import study_methods
 from automl.search.space import load_space, with_scenario
 from automl.service.preflight import preflight
-from automl.service.studies import create_study, retry_failed
+from automl.service.studies import check_study, create_checked, retry_failed
 from automl.targets import is_present, load_target, require_present
 
 if TYPE_CHECKING:
@@ -53,17 +55,22 @@ def prepare_studies(
             :func:`check_harness`).
         SpecError: The tracking store cannot be opened, or a spec is refused.
     """
+    checked = {}
+
+    def check(spec: StudySpec) -> None:
+        checked[spec.name] = check_study(spec, store, check_data=not detach)
+
     runnable = [s for s in specs if is_present(load_target(s.target), methods=study_methods(s))]
-    checks: tuple = ()
+    checks: tuple = (check,)
     if not detach:
         from automl.trials.model_check import check_study_model  # imports torch
 
         if not runnable:
             require_present(load_target(specs[0].target), study_methods(specs[0]))
-        checks = (partial(_track, tracking_uri, runnable), check_study_model, check_harness)
+        checks += (partial(_track, tracking_uri, runnable), check_study_model, check_harness)
 
     def create(spec: StudySpec) -> None:
-        create_study(spec, store, check_data=not detach)
+        create_checked(checked[spec.name], store)
         if forgive_failures:
             retry_failed(spec.name, store)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import optuna
 
-from automl.records import ARTIFACT_ID, BASELINE, TrialRecord
+from automl.records import ARTIFACT_ID, BASELINE, TrialRecord, violated
 from automl.search.budget import readable_spec
 from automl.service.studies import (
     StudyInfo,
@@ -142,6 +142,36 @@ def _trial(study: optuna.Study, name: str, number: int) -> optuna.trial.FrozenTr
 def pareto_front(name: str, storage: BaseStorage) -> list[TrialRecord]:
     """The non-dominated feasible trials with objective values, params and metrics."""
     return front_records(*load(name, storage))
+
+
+def empty_front_reason(name: str, storage: BaseStorage) -> str:
+    """Why study ``name`` has no Pareto trial, and what to do about it.
+
+    Either no trial has completed, or every complete one breaks a constraint: then each
+    constraint that some trial breaks is named with the closest value any trial reached.
+    """
+    study, spec = load(name, storage)
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    failed = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)))
+    if not done:
+        why = f"; {failed} failed: `automl study show {name}` says why" if failed else ""
+        return f"study {name!r} has no complete trial yet{why}"
+    broken = []
+    for index, constraint in enumerate(spec.constraints):
+        breaking = [t for t in done if index in violated(t.system_attrs)]
+        values = [
+            t.user_attrs[constraint.metric] for t in done if constraint.metric in t.user_attrs
+        ]
+        if breaking and values:
+            closest = min(values) if constraint.op == "<=" else max(values)
+            broken.append(
+                f"{constraint} (broken by {len(breaking)}; the closest reached {closest:.4g})"
+            )
+    return (
+        f"no trial of study {name!r} meets its constraints: each of its {len(done)} complete "
+        f"trial(s) breaks one of {'; '.join(broken)}. A study keeps its constraints: loosen "
+        f"them in a new study (e.g. --name {name}-2)"
+    )
 
 
 def front_records(study: optuna.Study, spec: StudySpec) -> list[TrialRecord]:

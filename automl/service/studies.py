@@ -81,6 +81,54 @@ class StudyInfo:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class CheckedSpec:
+    """A spec that every check of :func:`check_study` passed, with what its study needs."""
+
+    spec: StudySpec  # with its space's serving scenario
+    target: str
+    firsts: tuple[dict | None, dict]  # the baseline's params, the capacity-first settings
+    fingerprint: str | None
+
+
+def check_study(
+    spec: StudySpec, storage: BaseStorage, *, check_data: bool = True, resume: bool = True
+) -> CheckedSpec:
+    """Refuse what :func:`create_study` refuses, and create nothing.
+
+    A caller with several specs (``--target cpu,a100``) checks them all before it creates
+    any study, so that one refused spec leaves no study behind.
+
+    Args:
+        spec: The spec.
+        storage: Where studies live.
+        check_data: Load the dataset here.
+        resume: A study of that name may exist with the same spec.
+
+    Raises:
+        SpecError, DataError, optuna.exceptions.DuplicatedStudyError: as :func:`create_study`.
+    """
+    target = load_target(spec.target)
+    space = load_space(spec.search_space)
+    spec = with_scenario(spec, space)
+    check_target(space, target)
+    baseline = _baseline_params(spec, space)
+    serving_max = spec.serving is not None and spec.serving.rate_rps == "max"
+    first = space.capacity_first() if serving_max else {}
+    check_source_form(spec.dataset)
+    fingerprint = None
+    if check_data or _readable_here(spec.dataset):
+        data = load_dataset(**spec.data_args)
+        check_compatible(space, data, target)  # family vs data, methods vs target
+        fingerprint = data.fingerprint
+    stored = _stored_spec(storage, spec.name)
+    if stored is not None and not resume:
+        raise optuna.exceptions.DuplicatedStudyError(f"study {spec.name!r} exists")
+    if stored is not None:
+        _check_resume(storage, stored, spec, fingerprint)
+    return CheckedSpec(spec, target.name, (baseline, first), fingerprint)
+
+
 def create_study(
     spec: StudySpec,
     storage: BaseStorage,
@@ -93,8 +141,8 @@ def create_study(
 
     Validates the search space against the target, and loads and checks the dataset (with
     ``check_data`` off, only where it is on this host: it may exist on the workers' only), so
-    that nothing runs on bad input. The data's fingerprint is stored with the study, and a resume on other data is
-    refused. Two processes that create one study at once both get it.
+    that nothing runs on bad input. The data's fingerprint is stored with the study, and a
+    resume on other data is refused. Two processes that create one study at once both get it.
 
     Args:
         spec: The spec.
@@ -111,41 +159,50 @@ def create_study(
         DataError: The dataset is missing, malformed, or not the data the study began with.
         optuna.exceptions.DuplicatedStudyError: The study exists and ``resume`` is off.
     """
-    target = load_target(spec.target)
-    space = load_space(spec.search_space)
-    spec = with_scenario(spec, space)
-    check_target(space, target)
-    baseline = _baseline_params(spec, space)
-    serving_max = spec.serving is not None and spec.serving.rate_rps == "max"
-    first = space.capacity_first() if serving_max else {}
-    check_source_form(spec.dataset)
-    fingerprint = None
-    if check_data or _readable_here(spec.dataset):
-        data = load_dataset(**spec.data_args)
-        check_compatible(space, data, target)  # family vs data, methods vs target
-        fingerprint = data.fingerprint
-    stored = _stored_spec(storage, spec.name)
-    if stored is None:
+    checked = check_study(spec, storage, check_data=check_data, resume=resume)
+    return create_checked(checked, storage, resume=resume, attrs=attrs)
+
+
+def create_checked(
+    checked: CheckedSpec,
+    storage: BaseStorage,
+    *,
+    resume: bool = True,
+    attrs: Mapping[str, object] | None = None,
+) -> optuna.Study:
+    """Create (or resume) the study of a spec that :func:`check_study` passed; the arguments
+    are :func:`create_study`'s."""
+    spec = checked.spec
+    if _stored_spec(storage, spec.name) is None:
         try:
-            firsts = (baseline, first)
-            return _new_study(spec, storage, target.name, fingerprint, firsts, attrs or {})
+            return _new_study(
+                spec, storage, checked.target, checked.fingerprint, checked.firsts, attrs or {}
+            )
         except optuna.exceptions.DuplicatedStudyError:
             if not resume:
                 raise
-            stored = _await_spec(storage, spec.name)  # a concurrent start created it
+            # a concurrent start created it
+            _check_resume(storage, _await_spec(storage, spec.name), spec, checked.fingerprint)
     elif not resume:
         raise optuna.exceptions.DuplicatedStudyError(f"study {spec.name!r} exists")
+    study = optuna.load_study(study_name=spec.name, storage=storage)
+    study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
+    study.set_user_attr(STOP_ATTR, False)
+    if study.user_attrs.get(REFUSED_ATTR):  # resumed once its input was fixed
+        study.set_user_attr(REFUSED_ATTR, None)
+    return study
+
+
+def _check_resume(
+    storage: BaseStorage, stored: StudySpec, spec: StudySpec, fingerprint: str | None
+) -> None:
+    """Refuse to resume a stored study with another spec, old values or other data."""
     if stored.comparable() != spec.comparable():
         raise SpecError(_spec_mismatch(spec.name, stored, spec))
     study = optuna.load_study(study_name=spec.name, storage=storage)
     _require_raw_values(study, spec)
     if fingerprint is not None:
         check_fingerprint(study, spec, fingerprint)
-    study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
-    study.set_user_attr(STOP_ATTR, False)
-    if study.user_attrs.get(REFUSED_ATTR):  # resumed once its input was fixed
-        study.set_user_attr(REFUSED_ATTR, None)
-    return study
 
 
 def _readable_here(source: str) -> bool:
@@ -223,7 +280,7 @@ def _spec_mismatch(name: str, stored: StudySpec, new: StudySpec) -> str:
     fields = sorted(k for k in old if old[k] != now.get(k))
     return (
         f"study {name!r} already exists with a different spec (fields {fields} differ). "
-        "Resume it with the same spec, or choose another --name."
+        "Resume it with the same spec, or choose another name (--name, or name= in Python)."
     )
 
 

@@ -17,7 +17,7 @@ from automl.errors import SpecError
 from automl.pipeline.latency_decision import LATENCY_METRICS, BudgetDecision
 from automl.records import METRICS
 from automl.search.spec import Constraint
-from automl.service.read import pareto_front
+from automl.service.read import empty_front_reason, pareto_front
 from automl.service.studies import TrialNotFound, load
 from automl.targets import is_present, load_target
 
@@ -86,7 +86,7 @@ def pick_trial(
     limit = _parse_budget(budget)
     front = pareto_front(name, storage)
     if not front:
-        raise TrialNotFound(f"study {name!r} has no Pareto trial yet")
+        raise TrialNotFound(empty_front_reason(name, storage))
     if limit is None or limit.metric not in LATENCY_METRICS:
         return Pick(_best_on_records(front, metric, limit, name), "recorded")
     target = load_target(load(name, storage)[1].target)

@@ -238,6 +238,16 @@ def test_one_spec_on_two_targets_and_compare(cli):
     assert methods == fronts  # every front candidate counted once by its method
 
 
+def test_a_target_that_refuses_the_space_leaves_no_study_of_the_other_targets(cli):
+    """digits-mlp suggests 4-bit, which a100 cannot run: cpu comes first, and is not created."""
+    for targets in ("cpu,a100", "a100,cpu"):
+        out = cli("study", "start", "--space", "digits-mlp", "--target", targets, "--detach",
+                  check=False)  # fmt: skip
+        assert out.returncode == 2, out.stderr
+        assert "a100" in out.stderr and "cannot run" in out.stderr
+        assert json.loads(cli("study", "list", "--json").stdout) == []
+
+
 def test_a_study_that_fails_exits_1_and_resumes_with_retry_failed(cli):
     """Every trial fails (a learning rate that overflows); a fixed space then runs after
     --retry-failed, and a resume without it ends at once with exit 1 and the hint."""
@@ -264,7 +274,7 @@ def test_a_study_that_fails_exits_1_and_resumes_with_retry_failed(cli):
 
 
 def test_objectives_and_constraints_from_the_command_line(cli):
-    cli(
+    started = cli(
         "study", "start", "--space", "digits-mlp", "--n-trials", "1", "--name", "flags",
         "--objective", "accuracy", "--objective", "size_mb", "--constraint",
         "latency_p99_ms <= 10", "--constraint", "size_mb <= 0.0001", "--no-remeasure-front",
@@ -275,6 +285,16 @@ def test_objectives_and_constraints_from_the_command_line(cli):
     assert info["infeasible"] == {"size_mb <= 0.0001": 1}  # no model is that small
     shown = cli("study", "show", "flags").stdout
     assert "infeasible: 1 complete trial(s) break size_mb <= 0.0001" in " ".join(shown.split())
+    # the empty front says why wherever it is shown, with the closest size reached
+    [trial] = optuna.load_study(study_name="flags", storage=cli.storage).trials
+    size = trial.user_attrs["size_mb"]
+    why = f"size_mb <= 0.0001 (broken by 1; the closest reached {size:.4g})"
+    pareto = cli("study", "pareto", "flags").stdout
+    exported = cli("study", "export", "flags", "--best", "accuracy", "-o", "m.onnx", check=False)
+    for shown in (started.stdout, pareto, exported.stderr):
+        text = " ".join(shown.split())
+        assert "no trial of study 'flags' meets its constraints" in text and why in text, text
+    assert exported.returncode != 0 and size > 0.0001
 
 
 def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(cli):
@@ -297,6 +317,8 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
             assert served["screened"] == trial.user_attrs["screened"]
             if "after one load run" in served["screened"]:  # at the rate it had to beat
                 assert len(served["runs"]) == 1 and served["held_rate_to_beat"] is False
+            elif "but no higher rate" in served["screened"]:  # a tie
+                assert served["held_rate_to_beat"] and not served["beat_rate_to_beat"]
             else:  # by its isolated latency, before any load run
                 assert served["rate_bound_rps"] > 0 and "runs" not in served
             continue
