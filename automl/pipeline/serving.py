@@ -332,8 +332,9 @@ def measure_serving(
     Returns:
         ``metrics`` (``serving_p99_ms``, ``max_rate_rps`` where searched) and ``record``: the
         scenario, the settings, every run (the curve of p99 against the offered rate) and the
-        floor, with its share of the SLO. A search ended at ``rate_to_beat`` records no
-        ``max_rate_rps`` and ``held_rate_to_beat: false``.
+        floor, with its share of the SLO. Where it started at ``rate_to_beat``, the record
+        says whether that rate held (``held_rate_to_beat``) and whether a higher one did
+        (``beat_rate_to_beat``); the metrics are empty unless one did.
 
     Raises:
         TrialFailed: No request was served at any rate tried.
@@ -362,7 +363,7 @@ def measure_serving(
         )  # fmt: skip
         at = next((r for r in curve if r.offered_rps == rate), min(curve, key=_offered))
         metrics = {"max_rate_rps": rate, "serving_p99_ms": at.p99_bound_ms}
-        if challenge and not rate:  # its first run, at the rate to beat, broke the SLO
+        if challenge and rate <= rate_to_beat:  # it broke the SLO at the rate, or held no more
             metrics = {}
     else:
         at = measure(float(scenario.rate_rps))
@@ -378,9 +379,14 @@ def measure_serving(
         "bracketed": any(not run.p99_within(scenario.slo_p99_ms) for run in curve),
         "floor_p99_ms": floor.p99_bound_ms,
         "floor_share_of_slo": floor.p99_bound_ms / scenario.slo_p99_ms,
-        **({"held_rate_to_beat": bool(metrics)} if challenge else {}),
+        **(_challenged(rate, metrics) if challenge else {}),
     }
     return {"metrics": metrics, "record": record}
+
+
+def _challenged(rate: float, metrics: dict) -> dict:
+    """Whether a search started at the rate to beat held it, and whether it beat it."""
+    return {"held_rate_to_beat": bool(rate), "beat_rate_to_beat": bool(metrics)}
 
 
 def _offered(run: LoadRun) -> float:

@@ -62,6 +62,14 @@ class RateToBeat:
             f"there ({self.rps:,.0f} requests/s)"
         )
 
+    def not_beaten(self) -> str:
+        """Why a trial that held this rate under load, but no higher one, is dominated."""
+        return (
+            f"screened out: it held {self.rps:,.0f} requests/s, the max rate of trial "
+            f"{self.trial}, which is at least as good on every other objective, but no higher "
+            "rate, so it adds nothing to the front"
+        )
+
     def not_held(self, run: Mapping, slo_p99_ms: float) -> str:
         """Why a trial whose run at this rate (its record, see
         :meth:`automl.pipeline.serving.LoadRun.as_dict`) broke the SLO is dominated."""
@@ -111,8 +119,9 @@ def serve_screened(
 ) -> dict:
     """The graph under the scenario's load (see :func:`automl.pipeline.serving.measure_serving`),
     its max-rate search started from its isolated latency at ``batch_size``, unless a screen
-    stops it: no load run where that latency bounds its max rate below ``to_beat``, and no more
-    runs where the first, at ``to_beat``, breaks the SLO. The record of a screened graph says
+    stops it: no load run where that latency bounds its max rate below ``to_beat``, no more
+    runs where the first, at ``to_beat``, breaks the SLO, and no metrics where no rate above
+    ``to_beat`` holds (a tie adds nothing to the front). The record of a screened graph says
     why, as ``screened``. ``probes``: the max-rate search's runs, where not the usual."""
     # Here, not at the top: the objective imports this module, and ONNX Runtime only runs trials.
     from automl.pipeline.serving import MAX_RATE_PROBES, first_rate, measure_serving
@@ -126,9 +135,12 @@ def serve_screened(
         rate_to_beat=to_beat and to_beat.rps, optimization=optimization, seed=seed,
         probes=probes or MAX_RATE_PROBES,
     )  # fmt: skip
-    if served["record"].get("held_rate_to_beat") is False:
-        (run,) = served["record"]["runs"]
-        served["record"]["screened"] = to_beat.not_held(run, scenario.slo_p99_ms)
+    record = served["record"]
+    if record.get("held_rate_to_beat") is False:
+        (run,) = record["runs"]
+        record["screened"] = to_beat.not_held(run, scenario.slo_p99_ms)
+    elif record.get("beat_rate_to_beat") is False:
+        record["screened"] = to_beat.not_beaten()
     return served
 
 

@@ -144,18 +144,23 @@ def test_a_model_that_breaks_the_slo_at_the_rate_to_beat_is_served_once(tmp_path
     onnx.save(model, tmp_path / "tiny.onnx")
     scenario = Serving(slo_p99_ms=20, duration_s=0.2)
 
-    def serve(rate_to_beat: float) -> dict:
+    def serve(rate_to_beat: float, probes: int = 6) -> dict:
         return measure_serving(
             tmp_path / "tiny.onnx", load_target("cpu"), ROWS, Batching(max_batch=4), scenario,
-            method="fp32", start_rps=10, rate_to_beat=rate_to_beat,
+            method="fp32", start_rps=10, rate_to_beat=rate_to_beat, probes=probes,
         )  # fmt: skip
 
     beaten = serve(5e6)  # a million requests in 0.2 s: no harness here keeps up
     assert beaten["metrics"] == {} and beaten["record"]["held_rate_to_beat"] is False
     assert [r["offered_rps"] for r in beaten["record"]["runs"]] == [5e6]
+    assert beaten["record"]["beat_rate_to_beat"] is False
     held = serve(20)
-    assert held["record"]["held_rate_to_beat"] is True and held["metrics"]["max_rate_rps"] >= 20
+    assert held["record"]["held_rate_to_beat"] is True and held["metrics"]["max_rate_rps"] > 20
     assert held["record"]["runs"][0]["offered_rps"] == 20 and len(held["record"]["runs"]) > 1
+    assert held["record"]["beat_rate_to_beat"] is True
+    tied = serve(20, probes=1)  # held 20/s, and tried no higher rate: a tie adds nothing
+    assert tied["record"]["held_rate_to_beat"] is True and tied["metrics"] == {}
+    assert tied["record"]["beat_rate_to_beat"] is False
 
 
 def test_bad_settings_are_refused() -> None:
