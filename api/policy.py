@@ -31,8 +31,9 @@ def check_spec(spec: StudySpec, settings: Settings) -> StudySpec:
     Raises:
         ApiError: 422 naming the field that breaks the policy.
     """
-    if spec.target not in {t.name for t in list_targets()}:
-        raise _reject("target", f"unknown target {spec.target!r}")
+    targets = sorted(t.name for t in list_targets())
+    if spec.target not in targets:
+        raise _reject("target", f"unknown target {spec.target!r}; known targets: {targets}")
     spaces = list_spaces()
     if spec.search_space not in spaces:
         raise _reject("search_space", f"unknown search space {spec.search_space!r}; {spaces}")
@@ -101,5 +102,9 @@ def _under_data_root(name: str, settings: Settings, field: str, what: str) -> Pa
     root = settings.data_root.resolve()
     path = root / relative  # absolute: a worker in another folder finds the same file
     if not path.resolve().is_relative_to(root) or not path.is_file():
-        raise _reject(field, f"no {what} file {name!r} under the data root")
+        raise _reject(
+            field,
+            f"no {what} file {name!r} under the server's data root (the folder its operator "
+            "set with AUTOML_DATA_ROOT): copy the file there, and name it by its path in it",
+        )
     return path

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class AutomlError(Exception):
     """Root of every error automl raises on purpose."""
@@ -44,3 +49,14 @@ class Aborted(KeyboardInterrupt):
 
 class TrialFailed(AutomlError):
     """A trial could not produce a candidate; the study records it as FAIL and goes on."""
+
+
+def validation_details(error: ValidationError) -> str:
+    """One indented line per problem of ``error``: the field's dotted path (none for the whole
+    file), then pydantic's message without its "Value error, " prefix."""
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"  {where}: {message}" if where else f"  {message}")
+    return "\n".join(lines)

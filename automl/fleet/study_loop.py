@@ -341,11 +341,11 @@ def _reaped_while_running(storage: BaseStorage, trial_id: int | None, error: Exc
 
 def _say_waiting(name: str, settings: Settings) -> None:
     """Say what a loop waits for, and for how long at most."""
-    logger.warning(
-        "study %s: waiting for its last trials, which other workers hold; a trial whose worker "
-        "died is failed and retried once its heartbeat is %d s old (AUTOML_GRACE_PERIOD_S), so "
-        "a dead one is waited for %d s at most",
-        name, settings.grace_period_s, settings.grace_period_s,
+    logger.info(
+        "study %s: waiting for its last trials, which other workers are running; should one of "
+        "them have died, its trial is failed and retried here once its heartbeat is %d s old "
+        "(AUTOML_GRACE_PERIOD_S)",
+        name, settings.grace_period_s,
     )  # fmt: skip
 
 

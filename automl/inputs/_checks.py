@@ -169,12 +169,22 @@ def check_tokens(arrays: dict[str, np.ndarray], source: str, vocab_size: int) ->
 
 
 def check_classes(arrays: dict[str, np.ndarray], source: str) -> None:
-    """At least two classes in train, and no validation or test class that train lacks."""
+    """At least two classes in train, no label of ``0..max`` without a sample (unless
+    ``class_names`` names them), and no validation or test class that train lacks."""
     trained = np.unique(arrays["y_train"])
     if len(trained) < 2:
         raise DataError(
             f"y_train of {source!r} holds one class ({trained.tolist()}): a classifier needs "
             "at least two"
+        )
+    labels = np.unique(np.concatenate([arrays[k] for k in ("y_train", "y_val", "y_test")]))
+    absent = np.setdiff1d(np.arange(int(labels.max()) + 1), labels)
+    if absent.size and "class_names" not in arrays:
+        shifted = " (labels from 1 look 1-based: subtract 1)" if absent.tolist() == [0] else ""
+        raise DataError(
+            f"the labels of {source!r} run to {int(labels.max())} but no sample has class(es) "
+            f"{absent.tolist()[:10]}{shifted}: labels are class indices 0..K-1, one logit "
+            "each. Relabel, or give class_names naming every class to keep the gap"
         )
     for key in ("y_val", "y_test"):
         unseen = np.setdiff1d(np.unique(arrays[key]), trained)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from automl.candidate import Candidate
 from automl.catalog import FAMILIES, get_method, legacy_bits, per_layer_methods
-from automl.errors import SpecError
+from automl.errors import SpecError, validation_details
 from automl.search.params import (
     FixedParam,
     FloatParam,
@@ -101,8 +102,10 @@ class SearchSpace(BaseModel):
         for name, param in self.params.items():
             key = param.sets or name
             if key not in KEYS and not _is_extra(key):
+                close = difflib.get_close_matches(key, KEYS, n=1)
+                meant = f"did you mean {close[0]!r}? " if close else ""
                 raise ValueError(
-                    f"parameter {name!r} sets unknown key {key!r}; allowed: {KEYS}, and "
+                    f"parameter {name!r} sets unknown key {key!r}; {meant}allowed: {KEYS}, and "
                     f"{EXTRA_PREFIX}<name> for a user-written family's own knobs"
                 )
             for other in param.when or {}:
@@ -361,7 +364,7 @@ def load_space(name_or_path: str, *, directory: Traversable = SEARCH_SPACES_DIR)
     try:
         return SearchSpace.model_validate(raw)
     except ValidationError as e:
-        raise SpecError(f"search space {str(path)!r} is invalid:\n{_format(e)}") from e
+        raise SpecError(f"search space {str(path)!r} is invalid:\n{validation_details(e)}") from e
 
 
 def list_spaces(directory: Traversable = SEARCH_SPACES_DIR) -> list[str]:
@@ -369,14 +372,6 @@ def list_spaces(directory: Traversable = SEARCH_SPACES_DIR) -> list[str]:
     return sorted(
         p.name.removesuffix(".yaml") for p in directory.iterdir() if p.name.endswith(".yaml")
     )
-
-
-def _format(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"])
-        lines.append(f"  {where}: {item['msg']}")
-    return "\n".join(lines)
 
 
 __all__ = [

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from automl.candidate import MAX_LOAD_REQUESTS
-from automl.errors import SpecError
+from automl.errors import SpecError, validation_details
 from automl.plugins import PLUGIN
 from automl.records import BASELINE_METRICS, METRICS, SERVING_METRICS, TEST_METRIC
 
@@ -376,11 +376,7 @@ def parse_spec(values: dict) -> StudySpec:
     try:
         return StudySpec.model_validate(values)
     except ValidationError as e:
-        details = "\n".join(
-            f"  {'.'.join(str(p) for p in item['loc']) or '(spec)'}: {item['msg']}"
-            for item in e.errors()
-        )
-        raise SpecError(f"invalid study spec:\n{details}") from e
+        raise SpecError(f"invalid study spec:\n{validation_details(e)}") from e
 
 
 def load_spec(path: Path | str, **overrides: object) -> StudySpec:

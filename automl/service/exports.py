@@ -25,7 +25,12 @@ if TYPE_CHECKING:
 METADATA_FIELDS = (
     "study",
     "trial",
+    "target",
     "dataset",
+    "params",
+    "candidate",
+    "metrics",
+    "env",
     "class_names",
     "raw_input",
     "preprocessing",

@@ -268,11 +268,11 @@ def test_a_loop_that_waits_on_a_stale_trial_says_for_what_and_how_long(tmp_path,
     study = create_study(spec, storage)
     trial = study.ask()  # its worker died: the only slot is held by a stale trial
     storage.record_heartbeat(trial._trial_id)
-    with caplog.at_level("WARNING", logger="automl"):
+    with caplog.at_level("INFO", logger="automl"):
         result = run_study_loop("w", storage, artifact_store=open_artifact_store(settings),
                                 settings=settings, poll_s=0.2)  # fmt: skip
     assert (result.reason, result.ran) == ("done", 1)  # the stale trial was retried here
     (said,) = [
         r.getMessage() for r in caplog.records if "waiting for its last trials" in r.getMessage()
     ]
-    assert "failed and retried once its heartbeat is 2 s old" in said
+    assert "failed and retried here once its heartbeat is 2 s old" in said

@@ -99,6 +99,11 @@ def test_plugin_dataset(tmp_path, monkeypatch):
         (lambda a: a.update(y_train=a["y_train"] * 0.5), "y_train .*dtype float64.*integers"),
         (lambda a: a.update(y_train=np.zeros_like(a["y_train"])), r"holds one class \(\[0\]\)"),
         (lambda a: a.update(y_test=a["y_test"] + 1), r"y_test .* holds classes \[3\] that y_train"),
+        (
+            lambda a: a.update(y_train=a["y_train"] + 1, y_test=a["y_test"] + 1),
+            r"labels of .* run to 3 but no sample has class\(es\) \[0\] \(labels from 1 look "
+            r"1-based: subtract 1\).*give class_names naming every class",
+        ),
         (lambda a: a["x_train"].__setitem__((3, 1), np.nan), r"1 values .*NaN.*index \(3, 1\)"),
         (lambda a: a["x_test"].__setitem__((0, 0), np.inf), "x_test .*NaN or infinite"),
         (lambda a: a.update(x_train=a["x_train"].astype(str)), "dtype <U.*integer or float"),
@@ -165,6 +170,10 @@ def test_class_names_default_to_the_label_indices(tmp_path):
     assert load_dataset(str(path)).class_names == ("0", "1", "2")
     np.savez(path, **_arrays(), class_names=np.array(["cat", "dog", "emu"]))
     assert load_dataset(str(path)).class_names == ("cat", "dog", "emu")
+    one_based = {**_arrays(), "class_names": np.array(["none", "cat", "dog", "emu"])}
+    one_based.update(y_train=one_based["y_train"] + 1, y_test=one_based["y_test"] + 1)
+    np.savez(path, **one_based)  # the names keep the gap: class 0 has no sample
+    assert load_dataset(str(path)).num_classes == 4
 
 
 def test_raw_inputs_are_standardised_by_the_float32_formula(tmp_path):

@@ -141,6 +141,13 @@ def test_bad_specs_get_422_naming_the_field(submit_spec, spec, field):
     assert field.split(".")[0] in body["message"] or body["code"] == "invalid_spec"
 
 
+def test_a_refused_target_or_data_file_says_what_would_do(submit_spec):
+    target = submit_spec(target="tpu").json()
+    assert "known targets: ['a100'," in target["message"] and "'cpu'" in target["message"]
+    data = submit_spec(dataset="missing.npz").json()
+    assert "AUTOML_DATA_ROOT" in data["message"] and "copy the file there" in data["message"]
+
+
 def test_npz_under_the_data_root_is_accepted(submit_spec, api_server):
     data_root = api_server.settings.data_root
     x, y = np.random.default_rng(0).normal(size=(60, 4)), np.arange(60) % 3

@@ -74,6 +74,14 @@ def test_bit_width_the_target_cannot_run(tmp_path):
         check_target(space, load_target("cpu"))
 
 
+def test_a_misspelt_key_is_named_with_the_key_it_resembles_and_no_pydantic_prefix(tmp_path):
+    with pytest.raises(SpecError) as refused:
+        load_space(str(_write(tmp_path, "  arch.widht: {type: fixed, value: 8}\n")))
+    first = str(refused.value).splitlines()[1]
+    assert first.startswith("  parameter 'arch.widht' sets unknown key 'arch.widht'; did you")
+    assert "did you mean 'arch.width'?" in first and "Value error" not in str(refused.value)
+
+
 def test_unknown_space_lists_registered_ones():
     with pytest.raises(SpecError, match=r"unknown search space 'nope'; registered: .*digits-mixed"):
         load_space("nope")
