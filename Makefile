@@ -46,8 +46,9 @@ test: $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Unit and contract tests only, for a quick check while working (docs/contributing.md); CI runs
-# `make test`.
+# `make test`. The report's browser test is one of them, so Chromium is installed here too.
 test-fast: $(STAMP)
+	bash .ci/chromium.sh
 	$(BIN)/ruff check .
 	$(BYTECODE)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not e2e" --durations=10
@@ -60,4 +61,5 @@ lint: $(STAMP)
 # that cannot start (docs/gpu.md).
 test-gpu-build:
 	$(MAKE) install-gpu VENV=.venv-gpu
+	bash .ci/chromium.sh
 	.venv-gpu/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not e2e"
