@@ -188,11 +188,11 @@ def report(
     models: Annotated[bool, typer.Option(help="Export the front's models beside it.")] = True,
     storage: StorageOpt = None,
 ) -> None:
-    """Write one self-contained HTML report of a study, and its front's models beside it.
+    """Write a study's HTML report, and its front's models beside it.
 
-    It holds the front, the knobs, their importances, the failures and the environment; the
-    models go to a `models/` folder beside the file, which the report links to (--no-models
-    leaves them out).
+    One self-contained file holds the front, the knobs, their importances, the failures and
+    the environment; the models go to a `models/` folder beside it, which the report links
+    to (--no-models leaves them out).
     """
     from automl.report.html import write_report
     from automl.settings import get_settings
