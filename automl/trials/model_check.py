@@ -26,6 +26,7 @@ from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import compare_logits, export_onnx
 
 if TYPE_CHECKING:
+    import onnxruntime as ort
     from torch import nn
 
     from automl.inputs.data import Dataset
@@ -95,7 +96,7 @@ def _checked(trained: TrainedModel, spec: StudySpec, data: Dataset) -> TrainedMo
             f"{[n for n, _ in model.named_children()]}); name the layer that gives the logits "
             "with model.output_layer (--output-layer), or leave it out to have it found"
         ) from None
-    _check_accuracy(_exported_accuracy(model, data, given.label), spec, data, given.label)
+    _check_accuracy(_exported_accuracies(model, data, given.label), spec, data, given.label)
     return trained
 
 
@@ -133,16 +134,22 @@ def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> OnnxModel
                 "its batch axis is not dynamic (e.g. a Reshape to batch 1); export it with a "
                 "dynamic batch axis (torch.onnx.export's dynamic_axes)"
             )
-        accuracy = evaluate(session, data.x_val, data.y_val, num_classes=data.num_classes).accuracy
-    _check_accuracy(accuracy, spec, data, name)
+        accuracies = _accuracies(session, data)
+    _check_accuracy(accuracies, spec, data, name)
     return model
 
 
-def _check_accuracy(accuracy: float, spec: StudySpec, data: Dataset, name: str) -> None:
+def _check_accuracy(
+    accuracies: tuple[float, float], spec: StudySpec, data: Dataset, name: str
+) -> None:
+    """Refuse a model at chance on the validation split; warn of one below its expected
+    accuracy, or clearly better on validation than on test (see :func:`compare_splits`)."""
+    accuracy, test_accuracy = accuracies
     check_above_chance(accuracy, data, name)
     expected = spec.model.expected_accuracy if spec.model else None
     if expected is not None:
         _compare_expected(accuracy, expected, len(data.y_val), name)
+    compare_splits(accuracy, len(data.y_val), test_accuracy, len(data.y_test), name)
 
 
 def _check_outputs(model: nn.Module, inputs: torch.Tensor, data: Dataset, name: str) -> None:
@@ -180,8 +187,9 @@ def _found_layer(trained: TrainedModel, model: nn.Module, inputs: torch.Tensor) 
     return found.removeprefix(prefix)
 
 
-def _exported_accuracy(model: nn.Module, data: Dataset, name: str) -> float:
-    """The validation accuracy of the model's fp32 ONNX export, as the baseline trial has it."""
+def _exported_accuracies(model: nn.Module, data: Dataset, name: str) -> tuple[float, float]:
+    """The validation and test accuracies of the model's fp32 ONNX export, as the baseline
+    trial has them."""
     with tempfile.TemporaryDirectory(prefix="automl-check-") as tmp:
         try:
             path = export_onnx(model, data.x_val[:64], Path(tmp) / "model.onnx").path
@@ -190,8 +198,15 @@ def _exported_accuracy(model: nn.Module, data: Dataset, name: str) -> float:
                 f"model {name!r} cannot be exported to ONNX: {type(e).__name__}: "
                 f"{str(e).splitlines()[0] if str(e) else ''}"
             ) from None
-        session = make_session(path, ["CPUExecutionProvider"], 1)
-        return evaluate(session, data.x_val, data.y_val, num_classes=data.num_classes).accuracy
+        return _accuracies(make_session(path, ["CPUExecutionProvider"], 1), data)
+
+
+def _accuracies(session: ort.InferenceSession, data: Dataset) -> tuple[float, float]:
+    """A session's accuracy on the validation split and on the test split."""
+    return tuple(
+        evaluate(session, x, y, num_classes=data.num_classes).accuracy
+        for x, y in ((data.x_val, data.y_val), (data.x_test, data.y_test))
+    )
 
 
 def chance_threshold(chance: float, n: int, p_value: float = CHANCE_P_VALUE) -> float:
@@ -228,6 +243,25 @@ def check_above_chance(accuracy: float, data: Dataset, name: str) -> None:
         "dataset as the model was trained (scaling, normalisation, channel order) and check "
         "that its labels use the model's class order"
     )
+
+
+def compare_splits(
+    val_accuracy: float, n_val: int, test_accuracy: float, n_test: int, name: str
+) -> None:
+    """Warn when the baseline scores clearly better on validation than on test (Fisher's exact
+    test, one-sided, p below :data:`CHANCE_P_VALUE`): the sign of a model trained on its
+    validation split, on which the study would then score ``accuracy_drop``."""
+    right = (round(val_accuracy * n_val), round(test_accuracy * n_test))
+    table = [[right[0], n_val - right[0]], [right[1], n_test - right[1]]]
+    if stats.fisher_exact(table, alternative="greater").pvalue < CHANCE_P_VALUE:
+        logger.warning(
+            "model %r scores %.3f on the %d validation samples but %.3f on the %d test samples: "
+            "if it was trained on the validation split (15 %% of x_train unless x_val and y_val "
+            "are given), the study scores accuracy_drop on data the model has seen, and "
+            "understates what pruning and quantization cost. Give x_val and y_val held out "
+            "from its training",
+            name, val_accuracy, n_val, test_accuracy, n_test,
+        )  # fmt: skip
 
 
 def _compare_expected(accuracy: float, expected: float, n: int, name: str) -> None:

@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from automl.trials.model_check import _compare_expected, chance_rate, chance_threshold
+from automl.trials.model_check import (
+    _compare_expected,
+    chance_rate,
+    chance_threshold,
+    compare_splits,
+)
 
 
 @pytest.mark.parametrize(("classes", "n"), [(2, 50), (10, 210), (10, 5000), (100, 300)])
@@ -35,3 +40,13 @@ def test_a_baseline_clearly_below_its_expected_accuracy_is_warned_of(caplog):
         assert not caplog.records
         _compare_expected(0.60, 0.93, 300, "m:f")
     assert "clearly below the expected_accuracy 0.930" in caplog.text
+
+
+def test_a_baseline_clearly_better_on_validation_than_on_test_is_warned_of(caplog):
+    with caplog.at_level(logging.WARNING, logger="automl.trials.model_check"):
+        compare_splits(0.985, 270, 0.972, 360, "m:f")  # the digits CNN, not trained on val
+        compare_splits(1.0, 30, 0.95, 360, "m:f")  # too few validation samples to tell
+        assert not caplog.records
+        compare_splits(1.0, 270, 0.935, 360, "m:f")  # as a model trained on all of x_train
+    assert "scores 1.000 on the 270 validation samples but 0.935 on the 360 test" in caplog.text
+    assert "Give x_val and y_val held out from its training" in caplog.text
