@@ -62,12 +62,18 @@ def main() -> None:
     x_train, x_test, y_train, y_test = train_test_split(
         x, digits.target, test_size=0.2, random_state=0, stratify=digits.target
     )
+    # the validation split, on which the study scores accuracy, is held out from training
+    x_train, x_val, y_train, y_val = train_test_split(
+        x_train, y_train, test_size=0.15, random_state=0, stratify=y_train
+    )
     model = train_model(x_train, y_train)
 
+    dataset = {"x_train": x_train, "y_train": y_train, "x_val": x_val, "y_val": y_val}
+    dataset |= {"x_test": x_test, "y_test": y_test}
     result = automl.optimize(
         name="optimize-example",
         model=model,  # the trained module; its class rebuilds it in every trial
-        dataset={"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test},
+        dataset=dataset,
         target="cpu",
         n_trials=args.n_trials,  # trial 0 is the unmodified model, measured
         remeasure=False,
