@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("automl")
 # Reasons a run ends after which the study is complete enough to re-measure its front.
-_FINISHED = ("done", "timeout", "stopped", "max-trials")
+_FINISHED = ("done", "timeout", "stopped", "max-trials", "converged")
 _BUDGET_ONLY = {"name", "n_trials", "timeout_s"}
 
 

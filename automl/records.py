@@ -28,12 +28,15 @@ ARTIFACT_ID = "artifact_id"
 WORKER = "worker"  # host:pid of the process that ran the trial
 BASELINE = "baseline"  # marks the unmodified trained model's trial (a trained model's study)
 SCREENED = "screened"  # why a serving study's trial was pruned before its load search
+REPEAT_OF = "repeat_of"  # the trial that measured a screened repeat's deployment
 # Study attrs.
 STOP_ATTR = "stop_requested"
 FORGIVEN_ATTR = "failures_forgiven"
 # Why no worker can run the study (e.g. its trained model is refused), set by the worker that
 # found it; the study is then failed.
 REFUSED_ATTR = "refused"
+# Why a serving study ended before n_trials: its sampler proposed only measured deployments.
+CONVERGED_ATTR = "converged"
 # The data root that a REST submission's files must lie under, when its worker reads them too.
 DATA_ROOT_ATTR = "data_root"
 

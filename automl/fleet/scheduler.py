@@ -18,7 +18,7 @@ import optuna
 from automl.errors import AutomlError
 from automl.fleet.study_loop import run_study_loop, storage_unreachable
 from automl.hosts import worker_name
-from automl.records import REFUSED_ATTR, STOP_ATTR
+from automl.records import CONVERGED_ATTR, REFUSED_ATTR, STOP_ATTR
 from automl.search.budget import fail_cap, forgiven_failures, out_of_time, readable_spec
 from automl.service.read import target_present
 from automl.service.studies import state_counts
@@ -58,7 +58,8 @@ def runnable_studies(storage: BaseStorage, scope: Scope = Scope()) -> list[str]:
 
 def _runnable(study: FrozenStudy, storage: BaseStorage, scope: Scope) -> bool:
     spec = readable_spec(study.user_attrs)
-    if spec is None or study.user_attrs.get(STOP_ATTR) or study.user_attrs.get(REFUSED_ATTR):
+    ended = (STOP_ATTR, REFUSED_ATTR, CONVERGED_ATTR)
+    if spec is None or any(study.user_attrs.get(attr) for attr in ended):
         return False
     try:
         if not scope.admits(study.study_name, spec.target) or not target_present(spec.target):

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from automl.errors import Aborted, AutomlError, InputRefused
 from automl.fleet.tracking import tracker
 from automl.inputs.data import cached_dataset
-from automl.records import DATA_ROOT_ATTR, MODEL_METRICS, STOP_ATTR
+from automl.records import CONVERGED_ATTR, DATA_ROOT_ATTR, MODEL_METRICS, STOP_ATTR
 from automl.search.budget import fail_cap, forgiven_failures, out_of_time
 from automl.search.samplers import ScaledValuesSampler, make_sampler
 from automl.search.space import load_space
@@ -355,6 +355,8 @@ def _stop_reason(study, spec, stop, ran, max_trials) -> str | None:
     attrs = study._storage.get_study_user_attrs(study._study_id)
     if attrs.get(STOP_ATTR):
         return "stopped"
+    if attrs.get(CONVERGED_ATTR):
+        return "converged"
     if max_trials is not None and ran >= max_trials:
         return "max-trials"
     counts, first_start = state_counts(study._storage, study._study_id)

@@ -31,11 +31,13 @@ def study_state(
     timed_out: bool = False,
     forgiven: int = 0,
     refused: bool = False,
+    converged: bool = False,
 ) -> str:
     """queued, running, done, stopped or failed, from the counts, stop flag and time budget.
 
     ``forgiven`` failures (see :func:`automl.service.studies.retry_failed`) do not count towards the failure cap;
-    a ``refused`` study (see :func:`automl.service.studies.refuse_study`) has failed.
+    a ``refused`` study (see :func:`automl.service.studies.refuse_study`) has failed; a
+    ``converged`` one (see :mod:`automl.trials.screen`) is done.
     """
     if spec.n_trials is not None and counts["COMPLETE"] >= spec.n_trials:
         return "done"
@@ -45,7 +47,7 @@ def study_state(
         return "stopped"
     if refused or counts["FAIL"] >= fail_cap(spec, forgiven):
         return "failed"
-    return "done" if timed_out else "queued"
+    return "done" if timed_out or converged else "queued"
 
 
 def first_start(trials: list[optuna.trial.FrozenTrial]) -> datetime | None:

@@ -15,6 +15,7 @@ from automl.errors import AutomlError, SpecError
 from automl.inputs.data import BUILTIN_DATASETS, check_source_form, load_dataset
 from automl.records import (
     BASELINE,
+    CONVERGED_ATTR,
     FAIL_REASON,
     FORGIVEN_ATTR,
     REFUSED_ATTR,
@@ -94,19 +95,10 @@ class CheckedSpec:
 def check_study(
     spec: StudySpec, storage: BaseStorage, *, check_data: bool = True, resume: bool = True
 ) -> CheckedSpec:
-    """Refuse what :func:`create_study` refuses, and create nothing.
+    """Refuse what :func:`create_study` refuses (its arguments and errors), and create nothing.
 
     A caller with several specs (``--target cpu,a100``) checks them all before it creates
     any study, so that one refused spec leaves no study behind.
-
-    Args:
-        spec: The spec.
-        storage: Where studies live.
-        check_data: Load the dataset here.
-        resume: A study of that name may exist with the same spec.
-
-    Raises:
-        SpecError, DataError, optuna.exceptions.DuplicatedStudyError: as :func:`create_study`.
     """
     target = load_target(spec.target)
     space = load_space(spec.search_space)
@@ -188,8 +180,9 @@ def create_checked(
     study = optuna.load_study(study_name=spec.name, storage=storage)
     study.set_user_attr(SPEC_ATTR, spec.model_dump(mode="json"))
     study.set_user_attr(STOP_ATTR, False)
-    if study.user_attrs.get(REFUSED_ATTR):  # resumed once its input was fixed
-        study.set_user_attr(REFUSED_ATTR, None)
+    for ended in (REFUSED_ATTR, CONVERGED_ATTR):  # resumed: its input fixed, or its budget
+        if study.user_attrs.get(ended):
+            study.set_user_attr(ended, None)
     return study
 
 
@@ -339,7 +332,10 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
     timed_out = out_of_time(spec, first_start(trials))
     forgiven = forgiven_failures(study.user_attrs)
     error = study.user_attrs.get(REFUSED_ATTR)
-    state = study_state(spec, counts, stop_requested, timed_out, forgiven, error is not None)
+    converged = study.user_attrs.get(CONVERGED_ATTR)
+    state = study_state(
+        spec, counts, stop_requested, timed_out, forgiven, error is not None, bool(converged)
+    )
     # Optuna's retry callback appends the trial it re-runs to the retry's history.
     retries = {
         t.system_attrs["retry_history"][-1]: t.number

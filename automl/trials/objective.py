@@ -16,8 +16,10 @@ from automl.hosts import worker_name
 from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.records import (
     ARTIFACT_ID,
+    CONVERGED_ATTR,
     FAIL_REASON,
     OVER_BUDGET,
+    REPEAT_OF,
     SCREENED,
     WORKER,
     constraint_attrs,
@@ -28,7 +30,13 @@ from automl.search.space import load_space
 from automl.storage.capabilities import count_taken, set_trial_attrs
 from automl.targets import load_target, require_present
 from automl.targets.presence import require_pinned_gpu
-from automl.trials.screen import rate_to_beat
+from automl.trials.screen import (
+    MAX_REPEATS_IN_A_ROW,
+    converged_reason,
+    measured_twin,
+    rate_to_beat,
+    repeat_reason,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,6 +67,7 @@ class StudyObjective:
     data_root: str | None = None  # a REST submission's: its files must still lie under it
     # Why this host could not measure the last trial: the host's fault, not the candidate's.
     unavailable: TargetUnavailable | None = None
+    repeats_in_a_row: int = 0  # of a serving study's screened repeats, by this objective
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.trial_id = trial._trial_id
@@ -169,6 +178,7 @@ class StudyObjective:
         logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker_name())
         candidate = space.suggest(trial)
         _set_attrs(trial, {"candidate": candidate.as_dict()})
+        self._screen_repeat(trial)
         data = cached_dataset(**self.spec.data_args)
         with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
             outcome = run_trial(
@@ -224,6 +234,28 @@ class StudyObjective:
         attrs["feasible"] = all(v <= 0 for v in violations)
         _set_attrs(trial, attrs, constraint_attrs(violations))
         return [o.value(outcome.metrics) for o in self.spec.objectives]
+
+    def _screen_repeat(self, trial: optuna.Trial) -> None:
+        """Prune a max-rate serving study's repeat of a measured deployment (see
+        :func:`automl.trials.screen.measured_twin`); after :data:`MAX_REPEATS_IN_A_ROW` in a
+        row, mark the study converged, which ends it.
+
+        Raises:
+            optuna.TrialPruned: The trial repeats one.
+        """
+        serving = self.spec.serving
+        if serving is None or serving.rate_rps != "max":
+            return
+        twin = measured_twin(trial.study, trial.params, trial.number)
+        if twin is None:
+            self.repeats_in_a_row = 0
+            return
+        self.repeats_in_a_row += 1
+        reason = repeat_reason(twin)
+        _set_attrs(trial, {SCREENED: reason, REPEAT_OF: twin})
+        if self.repeats_in_a_row >= MAX_REPEATS_IN_A_ROW:
+            trial.study.set_user_attr(CONVERGED_ATTR, converged_reason(self.repeats_in_a_row))
+        raise optuna.TrialPruned(reason)
 
 
 def _set_attrs(trial: optuna.Trial, user_attrs: dict, system_attrs: dict | None = None) -> None:

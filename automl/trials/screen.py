@@ -11,7 +11,11 @@ trial that cannot:
   (see :func:`automl.pipeline.serving.max_rate`'s ``first_must_hold``).
 
 Such a trial is PRUNED, with the measured trial that dominates it, and never enters the front:
-every front point carries the load measurement its objective needs.
+every front point carries the load measurement its objective needs. So is a repeat, before its
+stages: a trial whose params an earlier trial has measured under load or screened
+(:func:`measured_twin`). Measuring one deployment again adds noise only, and the front would
+keep its luckiest run. A sampler that proposes nothing but repeats, :data:`MAX_REPEATS_IN_A_ROW`
+times in a row, has converged, and the study ends (:func:`converged_reason`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import optuna
+
+from automl.records import SCREENED
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -30,6 +36,9 @@ if TYPE_CHECKING:
     from automl.candidate import Batching
     from automl.search.spec import Serving, StudySpec
     from automl.targets import Target
+
+# Repeats in a row after which a serving study's search has converged, and stops.
+MAX_REPEATS_IN_A_ROW = 50
 
 # The bound assumes every instance serves full batches back to back, each twice as fast as the
 # isolated median: a margin for faster batches and for instances that overlap perfectly.
@@ -148,3 +157,30 @@ def _at_least(theirs: float | None, ours: float, direction: str) -> bool:
     if theirs is None:
         return False
     return theirs >= ours if direction == "maximize" else theirs <= ours
+
+
+def measured_twin(study: optuna.Study, params: Mapping[str, object], number: int) -> int | None:
+    """The number of an earlier trial of ``study`` with ``params`` that was measured under load
+    (COMPLETE) or screened; ``None`` where there is none."""
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    for trial in study.get_trials(deepcopy=False, states=done):
+        measured = trial.state == optuna.trial.TrialState.COMPLETE or SCREENED in trial.user_attrs
+        if trial.number != number and measured and trial.params == params:
+            return trial.number
+    return None
+
+
+def repeat_reason(twin: int) -> str:
+    """Why a repeat of trial ``twin``'s deployment is screened."""
+    return (
+        f"screened out before its stages: trial {twin} has measured this deployment, and "
+        "measuring it again would add only noise"
+    )
+
+
+def converged_reason(repeats: int) -> str:
+    """Why a serving study whose sampler proposed ``repeats`` repeats in a row has ended."""
+    return (
+        f"converged: its sampler proposed {repeats} deployments in a row that earlier trials "
+        "had measured"
+    )

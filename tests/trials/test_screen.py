@@ -84,3 +84,40 @@ def test_a_screened_trial_is_pruned_with_its_reason_and_no_load_runs(tmp_path) -
         trial.user_attrs["serving"]["rate_bound_rps"] > 0 and "max_rate_rps" not in trial.user_attrs
     )
     assert trial.user_attrs["accuracy"] < 1.0  # it was built and measured in isolation
+
+
+def test_repeats_are_screened_and_a_search_of_nothing_else_ends_converged(tmp_path, monkeypatch):
+    """Two deployments and n_trials 10: each is measured once, every repeat is screened, and
+    the study ends after five repeats in a row (the patched cap), done, not looping forever."""
+    from automl.fleet.study_loop import run_study_loop
+    from automl.records import CONVERGED_ATTR, REPEAT_OF, SCREENED
+    from automl.service.studies import create_study, get_study
+    from automl.settings import Settings
+    from automl.storage.factory import open_artifact_store, open_storage
+
+    monkeypatch.setattr("automl.trials.objective.MAX_REPEATS_IN_A_ROW", 5)
+    (tmp_path / "two.yaml").write_text(
+        "name: two\nserving: {rate_rps: max, slo_p99_ms: 50, duration_s: 0.2}\nparams:\n"
+        "  arch.family: {type: fixed, value: mlp}\n  arch.width: {type: fixed, value: 16}\n"
+        "  train.epochs: {type: fixed, value: 1}\n"
+        "  serving.max_batch: {type: categorical, choices: [1, 8]}\n"
+    )
+    settings = Settings(storage=f"sqlite:///{tmp_path}/s.db", artifacts_dir=tmp_path / "art")
+    storage = open_storage(settings.storage, settings)
+    spec = parse_spec({"name": "two", "search_space": str(tmp_path / "two.yaml"), "n_trials": 10})
+    create_study(spec, storage)
+    artifacts = open_artifact_store(settings)
+    result = run_study_loop("two", storage, artifact_store=artifacts, settings=settings)
+
+    assert result.reason == "converged" and get_study("two", storage).state == "done"
+    trials = optuna.load_study(study_name="two", storage=storage).trials
+    firsts = [t for t in trials if REPEAT_OF not in t.user_attrs]
+    assert len({t.params["serving.max_batch"] for t in firsts}) == len(firsts) == 2
+    repeats = [t for t in trials if REPEAT_OF in t.user_attrs]
+    assert all(t.number in {r.number for r in repeats} for t in trials[-5:])
+    for repeat in repeats:
+        assert repeat.state == optuna.trial.TrialState.PRUNED and "serving" not in repeat.user_attrs
+        assert trials[repeat.user_attrs[REPEAT_OF]].params == repeat.params
+        assert f"trial {repeat.user_attrs[REPEAT_OF]} has measured" in repeat.user_attrs[SCREENED]
+    study = create_study(spec, storage)  # a resume may search on
+    assert not study.user_attrs.get(CONVERGED_ATTR) and get_study("two", storage).state == "queued"
