@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from automl.fleet.study_loop import storage_unreachable
+from automl.search.budget import seconds_per_complete
 from automl.service.studies import state_counts
 
 if TYPE_CHECKING:
@@ -30,14 +31,15 @@ class Status:
     n_trials: int | None
     counts: dict[str, int] = field(default_factory=dict)
     front: str = ""
-    mean_s: float | None = None  # of a COMPLETE trial
+    per_complete_s: float | None = None  # trial time spent per COMPLETE trial
     logged: set[int] = field(default_factory=set)  # trials whose end is in the log already
 
     def __post_init__(self) -> None:
         self.logged = {t.number for t in self.study.get_trials(deepcopy=False, states=_ENDED)}
 
     def refresh(self) -> list[str]:
-        """Count the trials; read the front and the mean duration again when one has ended.
+        """Count the trials; read the front and the time per COMPLETE trial again when one has
+        ended.
 
         Returns:
             One line per trial that has ended since the last refresh, for a log.
@@ -70,9 +72,7 @@ class Status:
         return f"running {c['RUNNING']}  failed {c['FAIL']}  eta {self._eta()}  {self.front}"
 
     def _read_front(self) -> None:
-        trials = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials]
-        self.mean_s = sum(spans) / len(spans) if spans else None
+        self.per_complete_s = seconds_per_complete(self.study.get_trials(deepcopy=False))
         front = self.study.best_trials
         best = max(front, key=lambda t: t.user_attrs.get("accuracy", 0.0), default=None)
         self.front = f"front {len(front)}"
@@ -83,10 +83,10 @@ class Status:
             )
 
     def _eta(self) -> str:
-        if self.n_trials is None or self.mean_s is None:
+        if self.n_trials is None or self.per_complete_s is None:
             return "-"
-        left = max(self.n_trials - self.counts["COMPLETE"], 0)
-        return str(timedelta(seconds=round(left * self.mean_s / max(self.counts["RUNNING"], 1))))
+        left = max(self.n_trials - self.counts["COMPLETE"], 0) * self.per_complete_s
+        return str(timedelta(seconds=round(left / max(self.counts["RUNNING"], 1))))
 
 
 @contextlib.contextmanager

@@ -50,6 +50,17 @@ def study_state(
     return "done" if timed_out or converged else "queued"
 
 
+def seconds_per_complete(trials: list[optuna.trial.FrozenTrial]) -> float | None:
+    """Trial time spent per COMPLETE trial so far: the durations of every finished trial (the
+    PRUNED and FAIL ones too, such as a serving study's screened trials, which do not count
+    towards ``n_trials``) over the COMPLETE ones; ``None`` before the first."""
+    complete = sum(t.state.name == "COMPLETE" for t in trials)
+    if not complete:
+        return None
+    ended = [t for t in trials if t.datetime_complete and t.datetime_start]
+    return sum((t.datetime_complete - t.datetime_start).total_seconds() for t in ended) / complete
+
+
 def first_start(trials: list[optuna.trial.FrozenTrial]) -> datetime | None:
     """When the first of ``trials`` started; None when none has."""
     return min((t.datetime_start for t in trials if t.datetime_start is not None), default=None)

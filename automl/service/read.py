@@ -167,6 +167,8 @@ def empty_front_reason(name: str, storage: BaseStorage) -> str:
             broken.append(
                 f"{constraint} (broken by {len(breaking)}; the closest reached {closest:.4g})"
             )
+    if not broken:  # none breaks a constraint: its values cannot be compared (NaN)
+        return f"study {name!r} has {len(done)} complete trial(s), none on a front"
     return (
         f"no trial of study {name!r} meets its constraints: each of its {len(done)} complete "
         f"trial(s) breaks one of {'; '.join(broken)}. A study keeps its constraints: loosen "

@@ -29,6 +29,7 @@ from automl.search.budget import (
     first_start,
     forgiven_failures,
     out_of_time,
+    seconds_per_complete,
     study_state,
 )
 from automl.search.compat import check_compatible, check_target
@@ -386,12 +387,11 @@ def refuse_study(study: optuna.Study, reason: str) -> None:
 
 
 def _eta(trials: list[optuna.trial.FrozenTrial], spec: StudySpec, counts: dict) -> float | None:
-    done = [t for t in trials if t.datetime_complete and t.datetime_start]
-    if not done or spec.n_trials is None:
+    per_complete = seconds_per_complete(trials)
+    if per_complete is None or spec.n_trials is None:
         return None
-    mean_s = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in done) / len(done)
     parallel = max(counts["RUNNING"], 1)
-    return max(spec.n_trials - counts["COMPLETE"], 0) * mean_s / parallel
+    return max(spec.n_trials - counts["COMPLETE"], 0) * per_complete / parallel
 
 
 def request_stop(name: str, storage: BaseStorage) -> None:
