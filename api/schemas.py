@@ -50,8 +50,9 @@ class FailureOut(BaseModel):
 
 
 class StudyOut(BaseModel):
-    """A study: spec, state, progress, why it waits when queued, and why it failed when it
-    failed before any trial (``error``)."""
+    """A study: spec, state, progress, why it waits when queued, why it failed when it
+    failed before any trial (``error``), and why a serving study ended before ``n_trials``
+    (``converged``)."""
 
     name: str
     spec: StudySpec
@@ -62,6 +63,7 @@ class StudyOut(BaseModel):
     eta_s: float | None
     waiting_reason: str | None
     error: str | None = None
+    converged: str | None = None
     infeasible: dict[str, int] = {}
     failures: list[FailureOut]
     links: dict[str, str]

@@ -26,7 +26,8 @@ class StudyResult:
         study: The ``optuna.Study``; ``optuna.load_study`` of the same storage reads the same.
         spec: The study's spec, as stored with it.
         ended: Why :func:`automl.optimize` returned: ``done``, ``timeout``, ``stopped``,
-            ``interrupted`` (Ctrl-C), ``too-many-failures``; None for :func:`automl.load`.
+            ``interrupted`` (Ctrl-C), ``too-many-failures``, ``converged`` (a serving study
+            whose sampler proposed only measured deployments); None for :func:`automl.load`.
     """
 
     def __init__(

@@ -102,6 +102,8 @@ def study_panel(info: StudyInfo) -> Panel:
         lines.append(f"[bold]ETA[/] {info.eta_s:.0f} s")
     if info.error:
         lines.append(f"[red]failed before any trial:[/] {escape(info.error)}")
+    if info.converged:
+        lines.append(f"[bold]ended[/] {escape(info.converged)}")
     for constraint, count in info.infeasible.items():
         lines.append(f"[yellow]infeasible:[/] {count} complete trial(s) break {constraint}")
     for failure in info.failures[-10:]:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from automl.records import REPEAT_OF
+
 if TYPE_CHECKING:
     from collections.abc import Container, Sequence
 
@@ -97,8 +99,15 @@ class ScaledValuesSampler(optuna.samplers.BaseSampler):
         return [o.scaled(v) for o, v in zip(self._objectives, values, strict=True)]
 
     def scaled_trials(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
-        """``trials`` with their values scaled; trials without values are passed as they are."""
-        return [self._scaled_trial(t) if t.values is not None else t for t in trials]
+        """``trials`` with their values scaled; trials without values are passed as they are,
+        but for repeats of a measured deployment (see :mod:`automl.trials.screen`), which are
+        left out: they measured nothing, and as PRUNED trials TPE would count them among its
+        best once they outnumber the COMPLETE ones, and propose them again."""
+        return [
+            self._scaled_trial(t) if t.values is not None else t
+            for t in trials
+            if REPEAT_OF not in t.user_attrs
+        ]
 
     def _scaled_trial(self, trial: FrozenTrial) -> FrozenTrial:
         scaled = self._scaled.get(trial._trial_id)

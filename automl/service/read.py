@@ -159,16 +159,14 @@ def empty_front_reason(name: str, storage: BaseStorage) -> str:
     broken = []
     for index, constraint in enumerate(spec.constraints):
         breaking = [t for t in done if index in violated(t.system_attrs)]
-        values = [
-            t.user_attrs[constraint.metric] for t in done if constraint.metric in t.user_attrs
-        ]
-        if breaking and values:
+        values = [t.user_attrs.get(constraint.metric) for t in breaking]
+        values = [v for v in values if v is not None]
+        reached = ""
+        if values:
             closest = min(values) if constraint.op == "<=" else max(values)
-            broken.append(
-                f"{constraint} (broken by {len(breaking)}; the closest reached {closest:.4g})"
-            )
-    if not broken:  # none breaks a constraint: its values cannot be compared (NaN)
-        return f"study {name!r} has {len(done)} complete trial(s), none on a front"
+            reached = f"; the closest of them reached {closest:.4g}"
+        if breaking:
+            broken.append(f"{constraint} (broken by {len(breaking)}{reached})")
     return (
         f"no trial of study {name!r} meets its constraints: each of its {len(done)} complete "
         f"trial(s) breaks one of {'; '.join(broken)}. A study keeps its constraints: loosen "

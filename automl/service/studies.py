@@ -76,6 +76,7 @@ class StudyInfo:
     eta_s: float | None = None
     failures: list[dict] = field(default_factory=list)
     error: str | None = None  # why the study failed before any trial could run
+    converged: str | None = None  # why a serving study ended before n_trials
     infeasible: dict[str, int] = field(default_factory=dict)  # per constraint: COMPLETE trials
 
     def as_dict(self) -> dict:
@@ -363,6 +364,7 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
         eta_s=_eta(trials, spec, counts) if state == "running" else None,
         failures=failures,
         error=error,
+        converged=converged,
         infeasible=_infeasible(trials, spec),
     )
 

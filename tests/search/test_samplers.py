@@ -41,3 +41,26 @@ def test_the_sampler_sees_scaled_values_while_the_study_stores_raw_ones():
     assert [t.values for t in study.trials if t.values] == raw
     assert base.seen == [[0.9, pytest.approx(-2.0)], [0.8, pytest.approx(-3.0)]]
     assert math.log10(study.trials[0].values[1]) == pytest.approx(base.seen[0][1])
+
+
+def test_the_sampler_never_sees_a_screened_repeat_of_a_measured_deployment():
+    from automl.records import REPEAT_OF
+
+    spec = parse_spec({})
+    seen: list[int] = []
+
+    class Recording(optuna.samplers.RandomSampler):
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            seen[:] = [t.number for t in study._get_trials(deepcopy=False, states=None)]
+            return super().sample_independent(study, trial, param_name, param_distribution)
+
+    sampler = ScaledValuesSampler(Recording(seed=0), spec.objectives)
+    study = optuna.create_study(directions=spec.directions, sampler=sampler)
+    first = study.ask()
+    first.suggest_float("x", 0, 1)
+    study.tell(first, [0.9, 0.01])
+    repeat = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    repeat.set_user_attr(REPEAT_OF, first.number)
+    study.tell(repeat, state=optuna.trial.TrialState.PRUNED)
+    study.ask().suggest_float("x", 0, 1)
+    assert seen == [0, 2]  # the measured trial and the one sampling; not the repeat

@@ -109,7 +109,9 @@ def test_repeats_are_screened_and_a_search_of_nothing_else_ends_converged(tmp_pa
     artifacts = open_artifact_store(settings)
     result = run_study_loop("two", storage, artifact_store=artifacts, settings=settings)
 
-    assert result.reason == "converged" and get_study("two", storage).state == "done"
+    info = get_study("two", storage)
+    assert result.reason == "converged" and info.state == "done"
+    assert info.converged.startswith("converged: its sampler proposed 5 deployments in a row")
     trials = optuna.load_study(study_name="two", storage=storage).trials
     firsts = [t for t in trials if REPEAT_OF not in t.user_attrs]
     assert len({t.params["serving.max_batch"] for t in firsts}) == len(firsts) == 2
