@@ -9,6 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import optuna
 
 from automl.errors import Aborted, DataError, InputRefused, TargetUnavailable
@@ -36,6 +37,7 @@ from automl.trials.screen import (
     measured_twin,
     rate_to_beat,
     repeat_reason,
+    untried_params,
 )
 
 if TYPE_CHECKING:
@@ -178,7 +180,7 @@ class StudyObjective:
         logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker_name())
         candidate = space.suggest(trial)
         _set_attrs(trial, {"candidate": candidate.as_dict()})
-        self._screen_repeat(trial)
+        self._screen_repeat(trial, space)
         data = cached_dataset(**self.spec.data_args)
         with tempfile.TemporaryDirectory(prefix="automl-trial-") as workdir:
             outcome = run_trial(
@@ -235,10 +237,10 @@ class StudyObjective:
         _set_attrs(trial, attrs, constraint_attrs(violations))
         return [o.value(outcome.metrics) for o in self.spec.objectives]
 
-    def _screen_repeat(self, trial: optuna.Trial) -> None:
+    def _screen_repeat(self, trial: optuna.Trial, space: SearchSpace) -> None:
         """Prune a max-rate serving study's repeat of a measured deployment (see
-        :func:`automl.trials.screen.measured_twin`); after :data:`MAX_REPEATS_IN_A_ROW` in a
-        row, mark the study converged, which ends it.
+        :func:`automl.trials.screen.measured_twin`), and queue an untried one in its place;
+        after :data:`MAX_REPEATS_IN_A_ROW` in a row, mark the study converged, which ends it.
 
         Raises:
             optuna.TrialPruned: The trial repeats one.
@@ -251,7 +253,11 @@ class StudyObjective:
             self.repeats_in_a_row = 0
             return
         self.repeats_in_a_row += 1
-        reason = repeat_reason(twin)
+        rng = np.random.default_rng((self.spec.seed, trial.number))
+        untried = untried_params(trial.study, space, rng)
+        if untried is not None:
+            trial.study.enqueue_trial(untried)
+        reason = repeat_reason(twin, redirected=untried is not None)
         _set_attrs(trial, {SCREENED: reason, REPEAT_OF: twin})
         if self.repeats_in_a_row >= MAX_REPEATS_IN_A_ROW:
             trial.study.set_user_attr(CONVERGED_ATTR, converged_reason(self.repeats_in_a_row))

@@ -14,8 +14,10 @@ Such a trial is PRUNED, with the measured trial that dominates it, and never ent
 every front point carries the load measurement its objective needs. So is a repeat, before its
 stages: a trial whose params an earlier trial has measured under load or screened
 (:func:`measured_twin`). Measuring one deployment again adds noise only, and the front would
-keep its luckiest run. A sampler that proposes nothing but repeats, :data:`MAX_REPEATS_IN_A_ROW`
-times in a row, has converged, and the study ends (:func:`converged_reason`).
+keep its luckiest run. An untried deployment drawn at random (:func:`untried_params`) is queued
+in its place, so that a sampler stuck on measured deployments explores instead; where no draw
+is untried, :data:`MAX_REPEATS_IN_A_ROW` repeats in a row end the study as converged
+(:func:`converged_reason`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from automl.candidate import Batching
+    from automl.search.space import SearchSpace
     from automl.search.spec import Serving, StudySpec
     from automl.targets import Target
 
@@ -170,11 +173,27 @@ def measured_twin(study: optuna.Study, params: Mapping[str, object], number: int
     return None
 
 
-def repeat_reason(twin: int) -> str:
-    """Why a repeat of trial ``twin``'s deployment is screened."""
+def untried_params(
+    study: optuna.Study, space: SearchSpace, rng: np.random.Generator, tries: int = 32
+) -> dict | None:
+    """Params drawn at random from ``space`` that no trial of ``study`` has (queued ones
+    included); ``None`` where ``tries`` draws all have some."""
+    trials = study.get_trials(deepcopy=False)
+    taken = [t.params or t.system_attrs.get("fixed_params") for t in trials]
+    for _ in range(tries):
+        params = space.draw(rng)
+        if params not in taken:
+            return params
+    return None
+
+
+def repeat_reason(twin: int, redirected: bool) -> str:
+    """Why a repeat of trial ``twin``'s deployment is screened; ``redirected``: an untried
+    deployment is queued in its place."""
+    instead = "; an untried deployment, drawn at random, is queued instead" if redirected else ""
     return (
         f"screened out before its stages: trial {twin} has measured this deployment, and "
-        "measuring it again would add only noise"
+        f"measuring it again would add only noise{instead}"
     )
 
 

@@ -123,3 +123,25 @@ def test_repeats_are_screened_and_a_search_of_nothing_else_ends_converged(tmp_pa
         assert f"trial {repeat.user_attrs[REPEAT_OF]} has measured" in repeat.user_attrs[SCREENED]
     study = create_study(spec, storage)  # a resume may search on
     assert not study.user_attrs.get(CONVERGED_ATTR) and get_study("two", storage).state == "queued"
+
+
+def test_an_untried_deployment_is_drawn_past_the_measured_and_the_queued_ones(tmp_path):
+    import numpy as np
+
+    from automl.search.space import load_space
+    from automl.trials.screen import untried_params
+
+    (tmp_path / "three.yaml").write_text(
+        "name: three\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
+        "  serving.max_batch: {type: categorical, choices: [1, 8, 32]}\n"
+    )
+    space = load_space(str(tmp_path / "three.yaml"))
+    study = optuna.create_study()
+    dist = {"serving.max_batch": optuna.distributions.CategoricalDistribution([1, 8, 32])}
+    study.add_trial(optuna.trial.create_trial(value=1.0, params={"serving.max_batch": 1},
+                                              distributions=dist))  # fmt: skip
+    study.enqueue_trial({"serving.max_batch": 8})
+    rng = np.random.default_rng(0)
+    assert untried_params(study, space, rng) == {"serving.max_batch": 32}
+    study.enqueue_trial({"serving.max_batch": 32})
+    assert untried_params(study, space, rng) is None  # every deployment is taken
