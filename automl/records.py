@@ -35,7 +35,7 @@ FORGIVEN_ATTR = "failures_forgiven"
 # Why no worker can run the study (e.g. its trained model is refused), set by the worker that
 # found it; the study is then failed.
 REFUSED_ATTR = "refused"
-# Why a serving study ended before n_trials: its sampler proposed only measured deployments.
+# Why a serving study ended before n_trials: its last trials were all screened out.
 CONVERGED_ATTR = "converged"
 # The data root that a REST submission's files must lie under, when its worker reads them too.
 DATA_ROOT_ATTR = "data_root"

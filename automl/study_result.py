@@ -27,7 +27,7 @@ class StudyResult:
         spec: The study's spec, as stored with it.
         ended: Why :func:`automl.optimize` returned: ``done``, ``timeout``, ``stopped``,
             ``interrupted`` (Ctrl-C), ``too-many-failures``, ``converged`` (a serving study
-            whose sampler proposed only measured deployments); None for :func:`automl.load`.
+            whose last trials in a row were all screened out); None for :func:`automl.load`.
     """
 
     def __init__(

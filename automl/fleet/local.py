@@ -45,7 +45,7 @@ _ENDINGS = {
     "signal": "stopped by SIGTERM after its running trial",
     "stopped": "stopped by `automl study stop`",
     "too-many-failures": "too many failed trials",
-    "converged": "converged: its sampler proposed only deployments measured already",
+    "converged": "converged: its last trials in a row were all screened out",
     UNAVAILABLE: "run by the other jobs (job 0 could not measure its target)",
 }
 

@@ -32,7 +32,7 @@ from automl.storage.capabilities import count_taken, set_trial_attrs
 from automl.targets import load_target, require_present
 from automl.targets.presence import require_pinned_gpu
 from automl.trials.screen import (
-    MAX_REPEATS_IN_A_ROW,
+    converged_after,
     converged_reason,
     measured_twin,
     rate_to_beat,
@@ -69,7 +69,7 @@ class StudyObjective:
     data_root: str | None = None  # a REST submission's: its files must still lie under it
     # Why this host could not measure the last trial: the host's fault, not the candidate's.
     unavailable: TargetUnavailable | None = None
-    repeats_in_a_row: int = 0  # of a serving study's screened repeats, by this objective
+    screened_in_a_row: int = 0  # a serving study's trials screened out, by this objective
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.trial_id = trial._trial_id
@@ -80,8 +80,9 @@ class StudyObjective:
             trial.set_user_attr(OVER_BUDGET, True)
             raise optuna.TrialPruned(f"over budget: {self.spec.n_trials} trials already taken")
         try:
-            return self._run(trial)
+            values = self._run(trial)
         except optuna.TrialPruned:  # screened out: its attrs say why
+            self._count_screened(trial)
             raise
         except Exception as e:
             if self.aborted():  # the abort, turned into another error by a library (torch)
@@ -95,6 +96,8 @@ class StudyObjective:
         except KeyboardInterrupt:  # a second Ctrl-C: Optuna marks the trial FAIL and re-raises
             trial.set_user_attr(FAIL_REASON, INTERRUPTED)
             raise
+        self.screened_in_a_row = 0
+        return values
 
     def check_inputs(self) -> None:
         """Load the space, target and dataset before any trial.
@@ -237,10 +240,16 @@ class StudyObjective:
         _set_attrs(trial, attrs, constraint_attrs(violations))
         return [o.value(outcome.metrics) for o in self.spec.objectives]
 
+    def _count_screened(self, trial: optuna.Trial) -> None:
+        """Count a screened trial; after :func:`converged_after` in a row, mark the study
+        converged, which ends it."""
+        self.screened_in_a_row += 1
+        if self.screened_in_a_row >= converged_after(self.spec.n_trials):
+            trial.study.set_user_attr(CONVERGED_ATTR, converged_reason(self.screened_in_a_row))
+
     def _screen_repeat(self, trial: optuna.Trial, space: SearchSpace) -> None:
         """Prune a max-rate serving study's repeat of a measured deployment (see
-        :func:`automl.trials.screen.measured_twin`), and queue an untried one in its place;
-        after :data:`MAX_REPEATS_IN_A_ROW` in a row, mark the study converged, which ends it.
+        :func:`automl.trials.screen.measured_twin`), and queue an untried one in its place.
 
         Raises:
             optuna.TrialPruned: The trial repeats one.
@@ -250,17 +259,13 @@ class StudyObjective:
             return
         twin = measured_twin(trial.study, trial.params, trial.number)
         if twin is None:
-            self.repeats_in_a_row = 0
             return
-        self.repeats_in_a_row += 1
         rng = np.random.default_rng((self.spec.seed, trial.number))
         untried = untried_params(trial.study, space, rng)
         if untried is not None:
             trial.study.enqueue_trial(untried)
         reason = repeat_reason(twin, redirected=untried is not None)
         _set_attrs(trial, {SCREENED: reason, REPEAT_OF: twin})
-        if self.repeats_in_a_row >= MAX_REPEATS_IN_A_ROW:
-            trial.study.set_user_attr(CONVERGED_ATTR, converged_reason(self.repeats_in_a_row))
         raise optuna.TrialPruned(reason)
 
 

@@ -15,9 +15,11 @@ every front point carries the load measurement its objective needs. So is a repe
 stages: a trial whose params an earlier trial has measured under load or screened
 (:func:`measured_twin`). Measuring one deployment again adds noise only, and the front would
 keep its luckiest run. An untried deployment drawn at random (:func:`untried_params`) is queued
-in its place, so that a sampler stuck on measured deployments explores instead; where no draw
-is untried, :data:`MAX_REPEATS_IN_A_ROW` repeats in a row end the study as converged
-(:func:`converged_reason`).
+in its place, so that a sampler stuck on measured deployments explores instead.
+
+Screened trials do not count towards ``n_trials``. Once the front holds the best that the space
+can reach, every new trial is screened, so a run of :func:`converged_after` screened trials in a
+row, repeats included, ends the study as converged (:func:`converged_reason`).
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ if TYPE_CHECKING:
     from automl.search.spec import Serving, StudySpec
     from automl.targets import Target
 
-# Repeats in a row after which a serving study's search has converged, and stops.
-MAX_REPEATS_IN_A_ROW = 50
+# Trials screened out in a row after which a serving study's search has converged: at least
+# this many, and this many per trial of its budget.
+MIN_SCREENED_IN_A_ROW = 100
+SCREENED_PER_TRIAL = 4
 
 # The bound assumes every instance serves full batches back to back, each twice as fast as the
 # isolated median: a margin for faster batches and for instances that overlap perfectly.
@@ -197,9 +201,14 @@ def repeat_reason(twin: int, redirected: bool) -> str:
     )
 
 
-def converged_reason(repeats: int) -> str:
-    """Why a serving study whose sampler proposed ``repeats`` repeats in a row has ended."""
+def converged_after(n_trials: int | None) -> int:
+    """How many trials screened out in a row end a serving study of ``n_trials``."""
+    return max(MIN_SCREENED_IN_A_ROW, SCREENED_PER_TRIAL * (n_trials or 0))
+
+
+def converged_reason(screened: int) -> str:
+    """Why a serving study whose last ``screened`` trials were all screened out has ended."""
     return (
-        f"converged: its sampler proposed {repeats} deployments in a row that earlier trials "
-        "had measured"
+        f"converged: its last {screened} trials in a row were screened out (dominated by the "
+        "front, or repeats of measured deployments), so none reached the front"
     )
