@@ -261,7 +261,8 @@ class StudyObjective:
         if twin is None:
             return
         rng = np.random.default_rng((self.spec.seed, trial.number))
-        untried = untried_params(trial.study, space, rng)
+        ending = self.screened_in_a_row + 1 >= converged_after(self.spec.n_trials)
+        untried = None if ending else untried_params(trial.study, space, rng)  # none left queued
         if untried is not None:
             trial.study.enqueue_trial(untried)
         reason = repeat_reason(twin, redirected=untried is not None)

@@ -117,6 +117,7 @@ def test_repeats_are_screened_and_a_search_of_nothing_else_ends_converged(tmp_pa
     assert len({t.params["serving.max_batch"] for t in firsts}) == len(firsts) == 2
     repeats = [t for t in trials if REPEAT_OF in t.user_attrs]
     assert all(SCREENED in t.user_attrs for t in trials[-5:]) and len(repeats) >= 3
+    assert optuna.trial.TrialState.WAITING not in {t.state for t in trials}
     for repeat in repeats:
         assert repeat.state == optuna.trial.TrialState.PRUNED and "serving" not in repeat.user_attrs
         assert trials[repeat.user_attrs[REPEAT_OF]].params == repeat.params
