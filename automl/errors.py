@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pydantic import ValidationError
 
 
@@ -51,12 +53,18 @@ class TrialFailed(AutomlError):
     """A trial could not produce a candidate; the study records it as FAIL and goes on."""
 
 
+def validation_message(item: Mapping) -> str:
+    """The message of one of pydantic's errors (an item of ``ValidationError.errors()``),
+    without the "Value error, " prefix it gives a validator's own ``ValueError``."""
+    return item["msg"].removeprefix("Value error, ")
+
+
 def validation_details(error: ValidationError) -> str:
     """One indented line per problem of ``error``: the field's dotted path (none for the whole
-    file), then pydantic's message without its "Value error, " prefix."""
+    file), then its :func:`validation_message`."""
     lines = []
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
+        message = validation_message(item)
         lines.append(f"  {where}: {message}" if where else f"  {message}")
     return "\n".join(lines)

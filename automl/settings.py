@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from automl.errors import SpecError
+from automl.errors import SpecError, validation_message
 
 DEFAULT_STORAGE = "sqlite:///studies/automl.db"
 
@@ -117,5 +117,5 @@ def get_settings() -> Settings:
 
 def _describe(error: dict) -> str:
     if not error["loc"]:  # a rule across settings: its message names them
-        return error["msg"].removeprefix("Value error, ")
+        return validation_message(error)
     return f"AUTOML_{str(error['loc'][0]).upper()}: {error['msg']}"

@@ -148,7 +148,7 @@ def empty_front_reason(name: str, storage: BaseStorage) -> str:
     """Why study ``name`` has no Pareto trial, and what to do about it.
 
     Either no trial has completed, or every complete one breaks a constraint: then each
-    constraint that some trial breaks is named with the closest value any trial reached.
+    constraint that some trial breaks is named with the closest value those trials reached.
     """
     study, spec = load(name, storage)
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -159,14 +159,16 @@ def empty_front_reason(name: str, storage: BaseStorage) -> str:
     broken = []
     for index, constraint in enumerate(spec.constraints):
         breaking = [t for t in done if index in violated(t.system_attrs)]
-        values = [t.user_attrs.get(constraint.metric) for t in breaking]
-        values = [v for v in values if v is not None]
+        if not breaking:
+            continue
+        values = [
+            t.user_attrs[constraint.metric] for t in breaking if constraint.metric in t.user_attrs
+        ]
         reached = ""
         if values:
             closest = min(values) if constraint.op == "<=" else max(values)
             reached = f"; the closest of them reached {closest:.4g}"
-        if breaking:
-            broken.append(f"{constraint} (broken by {len(breaking)}{reached})")
+        broken.append(f"{constraint} (broken by {len(breaking)}{reached})")
     return (
         f"no trial of study {name!r} meets its constraints: each of its {len(done)} complete "
         f"trial(s) breaks one of {'; '.join(broken)}. A study keeps its constraints: loosen "

@@ -175,8 +175,8 @@ def create_checked(
         except optuna.exceptions.DuplicatedStudyError:
             if not resume:
                 raise
-            # a concurrent start created it
-            _check_resume(storage, _await_spec(storage, spec.name), spec, checked.fingerprint)
+            stored = _await_spec(storage, spec.name)  # a concurrent start created it
+            _check_resume(storage, stored, spec, checked.fingerprint)
     elif not resume:
         raise optuna.exceptions.DuplicatedStudyError(f"study {spec.name!r} exists")
     study = optuna.load_study(study_name=spec.name, storage=storage)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import ValidationError
 
-from automl.errors import SpecError
+from automl.errors import SpecError, validation_message
 from automl.pipeline.latency_decision import LATENCY_METRICS, BudgetDecision
 from automl.records import METRICS
 from automl.search.spec import Constraint
@@ -140,8 +140,7 @@ def _parse_budget(budget: str | None) -> Constraint | None:
     try:
         return Constraint.model_validate(budget) if budget else None
     except ValidationError as e:
-        message = e.errors()[0]["msg"].removeprefix("Value error, ")
-        raise SpecError(f"invalid budget: {message}") from None
+        raise SpecError(f"invalid budget: {validation_message(e.errors()[0])}") from None
 
 
 def _ranked(front: list[dict], metric: str) -> list[dict]:

@@ -372,32 +372,6 @@ def test_show_counts_the_infeasible_trials_per_constraint(env):
     assert info.infeasible == {"latency_p99_ms <= 5": 1, "size_mb <= 0.02": 2}
 
 
-def test_an_empty_front_names_each_broken_constraint_with_the_closest_breaking_value(env):
-    from optuna.distributions import CategoricalDistribution
-    from optuna.trial import create_trial
-
-    from automl.records import constraint_attrs
-    from automl.service.read import empty_front_reason
-
-    _, storage, _ = env
-    spec = _spec(constraints=["latency_p99_ms <= 5", "size_mb <= 1"])
-    study = create_study(spec, storage)
-    assert empty_front_reason("t", storage) == "study 't' has no complete trial yet"
-    # A is small but slow; B fast but large: A's 0.5 MB must not be B's closest size.
-    for p99, size in ((9.0, 0.5), (3.0, 2.0), (7.0, 4.0)):
-        study.add_trial(create_trial(
-            values=[0.9, 0.01], params={"batch_size": 1},
-            distributions={"batch_size": CategoricalDistribution([1])},
-            user_attrs={"latency_p99_ms": p99, "size_mb": size},
-            system_attrs=constraint_attrs([p99 - 5, size - 1]),
-        ))  # fmt: skip
-    assert pareto_front("t", storage) == []
-    said = empty_front_reason("t", storage)
-    assert "each of its 3 complete trial(s) breaks one of" in said
-    assert "latency_p99_ms <= 5 (broken by 2; the closest of them reached 7)" in said
-    assert "size_mb <= 1 (broken by 2; the closest of them reached 2)" in said
-
-
 def test_a_study_of_an_earlier_automl_says_why_its_data_fingerprint_moved(env):
     from automl.records import SPEC_ATTR
 
