@@ -1,7 +1,7 @@
 """The Python way in: :func:`optimize` runs a study in this process, :func:`load` reopens one.
 
 Both go through the functions that ``automl study start`` and the REST API call: the study is
-created by :func:`automl.service.studies.create_study`, its trials run in
+created by :func:`automl.service.create.create_study`, its trials run in
 :func:`automl.fleet.study_loop.run_study_loop`, and the front is re-measured at the end by
 :func:`automl.trials.remeasure.remeasure_front`. So a study started here can be resumed,
 inspected or served by the CLI and the API, and the other way round.

@@ -20,7 +20,7 @@ from automl.candidate import Batching
 from automl.fleet.study_loop import run_study_loop
 from automl.pipeline.latency import measure_latency
 from automl.search.spec import Serving, parse_spec
-from automl.service.studies import create_study
+from automl.service.create import create_study
 from automl.settings import Settings
 from automl.storage.factory import open_artifact_store, open_storage
 from automl.targets import load_target

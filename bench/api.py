@@ -24,7 +24,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from automl.search.spec import parse_spec
-from automl.service.studies import create_study
+from automl.service.create import create_study
 from automl.settings import Settings
 from automl.storage.factory import open_storage
 from bench._common import start_server

@@ -23,7 +23,7 @@ import optuna
 
 from automl.fleet.study_loop import run_study_loop
 from automl.search.spec import parse_spec
-from automl.service.studies import create_study
+from automl.service.create import create_study
 from automl.settings import Settings
 from automl.storage.factory import open_artifact_store, open_storage
 from bench._common import start_server

@@ -21,12 +21,14 @@ from zygote import Zygote
 from automl.catalog import _registry as catalog_registry
 from automl.inputs.data import Dataset, load_dataset
 from automl.search.spec import parse_spec
-from automl.service.studies import create_study
+from automl.service.create import create_study
 from automl.settings import Settings
-from automl.storage.factory import open_storage
+from automl.storage.factory import open_artifact_store, open_storage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from optuna.storages import BaseStorage
 
 
 # A size budget that a small int8 MLP meets and a wide fp32 one does not: enqueue both to get
@@ -210,6 +212,13 @@ class PgProxy:
         """Accept connections again after :meth:`down`."""
         self.server = socket.create_server(("127.0.0.1", self.port))
         threading.Thread(target=self._accept, args=(self.server,), daemon=True).start()
+
+
+@pytest.fixture
+def env(tmp_path) -> tuple[Settings, BaseStorage, FileSystemArtifactStore]:
+    """Settings, storage and artifact store of a SQLite study store in ``tmp_path``."""
+    settings = Settings(storage=f"sqlite:///{tmp_path}/s.db", artifacts_dir=tmp_path / "art")
+    return settings, open_storage(settings.storage, settings), open_artifact_store(settings)
 
 
 @pytest.fixture

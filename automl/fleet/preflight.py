@@ -2,7 +2,7 @@
 
 :func:`prepare_studies` checks, in this order, that a target can be measured here, that each
 spec's space, target and data can make its study (see
-:func:`automl.service.studies.check_study`), that the tracking store answers, that a user's
+:func:`automl.service.create.check_study`), that the tracking store answers, that a user's
 trained model scores above chance and that the load harness of a serving study is quick enough
 for its SLO. Each check runs on every spec before any study is created (or resumed), through
 the one pre-flight of :mod:`automl.service.preflight`.
@@ -17,8 +17,9 @@ from automl.errors import SpecError
 from automl.fleet.tracking import tracker
 from automl.search.compat import study_methods
 from automl.search.space import load_space, with_scenario
+from automl.service.create import check_study, create_checked
 from automl.service.preflight import preflight
-from automl.service.studies import check_study, create_checked, retry_failed
+from automl.service.studies import retry_failed
 from automl.targets import is_present, load_target, require_present
 
 if TYPE_CHECKING:

@@ -17,13 +17,7 @@ import optuna
 
 from automl.records import ARTIFACT_ID, BASELINE, TrialRecord, violated
 from automl.search.budget import readable_spec
-from automl.service.studies import (
-    StudyInfo,
-    StudyNotFound,
-    TrialNotFound,
-    get_study,
-    load,
-)
+from automl.service.studies import StudyInfo, StudyNotFound, TrialNotFound, get_study, load
 from automl.targets import is_present, load_target
 
 if TYPE_CHECKING:

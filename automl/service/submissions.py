@@ -20,8 +20,8 @@ import optuna
 from automl.errors import AutomlError
 from automl.records import DATA_ROOT_ATTR, SPEC_ATTR
 from automl.search.spec import parse_spec
+from automl.service.create import create_study
 from automl.service.preflight import preflight
-from automl.service.studies import create_study
 from automl.storage.idempotency import claim_key, release_key
 
 if TYPE_CHECKING:

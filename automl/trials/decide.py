@@ -110,7 +110,7 @@ def pick_among(front: list[dict], metric: str, decisions: Mapping[int, BudgetDec
     Better trials passed over get a note each (within noise, or exceeding), and so does the pick.
 
     Args:
-        front: Trial records (see :func:`automl.service.studies.trial_record`); ties on ``metric`` go to
+        front: Trial records (see :func:`automl.service.read.trial_record`); ties on ``metric`` go to
             the earlier record.
         metric: The metric to optimise, in its natural direction.
         decisions: Each front trial's decision of the budget, by trial number.

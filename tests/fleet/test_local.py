@@ -11,7 +11,7 @@ from rich.console import Console
 from automl.errors import TargetUnavailable
 from automl.fleet.local import UNAVAILABLE, run_local
 from automl.search.spec import parse_spec
-from automl.service.studies import create_study
+from automl.service.create import create_study
 from automl.settings import get_settings
 from automl.storage.factory import open_storage
 from automl.trials import objective

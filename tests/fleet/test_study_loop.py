@@ -14,7 +14,8 @@ import pytest
 from conftest import PgProxy, pg_schema
 
 from automl.search.spec import parse_spec
-from automl.service.studies import create_study, get_study
+from automl.service.create import create_study
+from automl.service.studies import get_study
 from automl.settings import Settings
 from automl.storage.factory import open_storage
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from automl.search.spec import parse_spec
-from automl.service.studies import create_study
+from automl.service.create import create_study
 
 pytest_plugins = ["api_fixtures"]
 

@@ -12,7 +12,8 @@ from automl.fleet.scheduler import runnable_studies, work
 from automl.fleet.study_loop import GracefulStop
 from automl.search.space import SEARCH_SPACES_DIR
 from automl.search.spec import parse_spec
-from automl.service.studies import create_study, request_stop
+from automl.service.create import create_study
+from automl.service.studies import request_stop
 from automl.storage.factory import cached, open_artifact_store, open_storage
 from automl.storage.reaper import Reaper
 

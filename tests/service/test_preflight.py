@@ -7,8 +7,8 @@ import pytest
 
 from automl.errors import SpecError
 from automl.search.spec import parse_spec
+from automl.service.create import create_study
 from automl.service.preflight import preflight
-from automl.service.studies import create_study
 from automl.settings import Settings
 from automl.storage.factory import open_storage
 

@@ -8,8 +8,8 @@ from optuna.trial import create_trial
 
 from automl.records import constraint_attrs
 from automl.search.spec import parse_spec
+from automl.service.create import create_study
 from automl.service.read import empty_front_reason, pareto_front
-from automl.service.studies import create_study
 from automl.settings import Settings
 from automl.storage.factory import open_storage
 

@@ -1,39 +1,23 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import warnings
 from datetime import datetime, timedelta
 
-import numpy as np
 import onnxruntime as ort
 import optuna
 import pytest
 from optuna.artifacts import download_artifact
 
-from automl.errors import DataError, SpecError
 from automl.fleet.scheduler import Scope, runnable_studies
 from automl.fleet.study_loop import run_study_loop
 from automl.records import FORGIVEN_ATTR
 from automl.search.spec import parse_spec
-from automl.service.fingerprints import DATA_ATTR
+from automl.service.create import create_study
 from automl.service.read import list_studies, pareto_front, waiting_reason
-from automl.service.studies import (
-    StudyNotFound,
-    create_study,
-    get_study,
-    request_stop,
-    retry_failed,
-)
+from automl.service.studies import StudyNotFound, get_study, request_stop, retry_failed
 from automl.settings import Settings
 from automl.storage.factory import open_artifact_store, open_storage
-
-
-@pytest.fixture
-def env(tmp_path):
-    settings = Settings(storage=f"sqlite:///{tmp_path}/s.db", artifacts_dir=tmp_path / "art")
-    return settings, open_storage(settings.storage, settings), open_artifact_store(settings)
 
 
 def _spec(**values):
@@ -128,14 +112,6 @@ def test_infeasible_trials_stay_off_the_front(env):
     assert pareto_front("t", storage) == []
 
 
-def test_resume_with_another_spec_is_refused(env):
-    _, storage, _ = env
-    create_study(_spec(), storage)
-    create_study(_spec(n_trials=10), storage)  # a new budget is fine
-    with pytest.raises(SpecError, match=r"different spec \(fields \['seed'\] differ\)"):
-        create_study(_spec(seed=3), storage)
-
-
 def test_stop_request_ends_the_loop_before_any_trial(env):
     settings, storage, store = env
     create_study(_spec(), storage)
@@ -166,15 +142,6 @@ def test_a_study_whose_time_budget_has_passed_is_done_not_queued(env):
 def test_unknown_study(env):
     with pytest.raises(StudyNotFound, match="no study named 'nope'"):
         get_study("nope", env[1])
-
-
-def test_bits_the_target_cannot_run_are_refused_before_running(env, tmp_path):
-    space = tmp_path / "twobit.yaml"
-    space.write_text(
-        "name: x\nparams:\n  arch.family: {type: fixed, value: mlp}\n  bits: {type: categorical, choices: [32, 2]}\n"
-    )
-    with pytest.raises(SpecError, match="cannot run"):
-        create_study(_spec(search_space=str(space)), env[1])
 
 
 def test_remeasure_front_records_new_latencies(env):
@@ -295,48 +262,6 @@ def test_each_failure_names_the_trial_that_retried_it(tmp_path):
     assert [(f["number"], f["retried_as"]) for f in failures] == [(0, 1), (1, 2), (2, None)]
 
 
-@pytest.mark.e2e  # processes of their own
-def test_racing_creates_of_one_new_study_both_get_it(tmp_path):
-    """Two processes starting one new study at once: neither crashes, both get the study."""
-    url = f"sqlite:///{tmp_path}/race.db"
-    code = (
-        "import sys; from automl.settings import Settings; from automl.search.spec import parse_spec;"
-        "from automl.storage.factory import open_storage; from automl.service.studies import create_study;"
-        "s = Settings(storage=sys.argv[1]);"
-        "create_study(parse_spec({'name': sys.argv[2], 'search_space': 'digits-mlp'}),"
-        " open_storage(sys.argv[1], s), check_data=False); print('ok')"
-    )
-    for round_ in range(4):
-        name = f"race-{round_}"
-        args = [sys.executable, "-c", code, url, name]
-        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-        starts = [subprocess.Popen(args, **pipes) for _ in range(2)]
-        outputs = [p.communicate(timeout=120) for p in starts]
-        assert [p.returncode for p in starts] == [0, 0], outputs
-    names = [s.study_name for s in optuna.get_all_study_summaries(url)]
-    assert sorted(names) == [f"race-{i}" for i in range(4)]
-
-
-def test_a_resume_on_changed_data_is_refused_and_the_fingerprint_is_kept(env, tmp_path):
-    settings, storage, _ = env
-    data = tmp_path / "d.npz"
-    x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
-    y = np.arange(60) % 3
-    np.savez(data, x_train=x, y_train=y, x_test=x[:20], y_test=y[:20])
-    spec = _spec(dataset=str(data))
-    study = create_study(spec, storage)
-    fingerprint = study.user_attrs[DATA_ATTR]
-    assert create_study(spec, storage).user_attrs[DATA_ATTR] == fingerprint  # same data: resumes
-    np.savez(data, x_train=x + 1, y_train=y, x_test=x[:20], y_test=y[:20])
-    with pytest.raises(DataError, match=r"has changed since the study began.*--name t-v2"):
-        create_study(spec, storage)
-    with pytest.raises(DataError, match="has changed"):  # a worker refuses it as well
-        run_study_loop("t", storage, artifact_store=open_artifact_store(settings),
-                       settings=settings)  # fmt: skip
-    assert optuna.load_study(study_name="t", storage=storage).user_attrs[DATA_ATTR] == fingerprint
-    assert not optuna.load_study(study_name="t", storage=storage).trials
-
-
 def test_a_failed_study_runs_again_once_its_failures_are_forgiven(env):
     settings, storage, store = env
     study = create_study(_spec(n_trials=1), storage)
@@ -370,31 +295,3 @@ def test_show_counts_the_infeasible_trials_per_constraint(env):
         ))  # fmt: skip
     info = get_study("t", storage)
     assert info.infeasible == {"latency_p99_ms <= 5": 1, "size_mb <= 0.02": 2}
-
-
-def test_a_study_of_an_earlier_automl_says_why_its_data_fingerprint_moved(env):
-    from automl.records import SPEC_ATTR
-
-    _, storage, _ = env
-    spec = _spec()
-    study = create_study(spec, storage)
-    old = {k: v for k, v in study.user_attrs[SPEC_ATTR].items() if k not in ("standardize",)}
-    study.set_user_attr(SPEC_ATTR, old)  # as a study created before `standardize` existed
-    study.set_user_attr(DATA_ATTR, "0123456789abcdef")  # scalar statistics' fingerprint
-    with pytest.raises(DataError, match="created by an earlier automl, which standardised"):
-        create_study(spec, storage)
-
-
-def test_a_max_rate_study_first_tries_the_settings_of_the_highest_bound(env):
-    # Queued first, so that later trials meet a high rate to beat; the sampler draws the rest.
-    _, storage, _ = env
-    study = create_study(_spec(search_space="digits-serving"), storage, check_data=False)
-    fixed_rate = _spec(name="at-500", search_space="digits-serving",
-                       serving={"rate_rps": 500, "slo_p99_ms": 10})  # fmt: skip
-    other = create_study(fixed_rate, storage, check_data=False)
-
-    [first] = study.get_trials(states=[optuna.trial.TrialState.WAITING])
-    assert first.system_attrs["fixed_params"] == {
-        "serving.max_batch": 32, "serving.instances": 2, "serving.max_queue_delay_ms": 1,
-    }  # fmt: skip
-    assert other.get_trials() == []  # at a fixed rate, the lowest p99 needs no capacity

@@ -8,8 +8,8 @@ import pytest
 from automl.fleet.study_loop import run_study_loop
 from automl.pipeline.latency_decision import fewest_runs
 from automl.search.spec import Constraint, parse_spec
+from automl.service.create import create_study
 from automl.service.read import pareto_front
-from automl.service.studies import create_study
 from automl.settings import Settings
 from automl.storage.factory import open_artifact_store, open_storage
 from automl.trials.remeasure import REMEASURED_ATTR, remeasure_front

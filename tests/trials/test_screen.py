@@ -55,7 +55,7 @@ def test_nothing_is_screened_where_the_study_does_not_maximise_the_rate() -> Non
 def test_a_screened_trial_is_pruned_with_its_reason_and_no_load_runs(tmp_path) -> None:
     from automl.fleet.study_loop import run_study_loop
     from automl.records import SCREENED
-    from automl.service.studies import create_study
+    from automl.service.create import create_study
     from automl.settings import Settings
     from automl.storage.factory import open_artifact_store, open_storage
 
@@ -91,7 +91,8 @@ def test_repeats_are_screened_and_a_search_of_nothing_else_ends_converged(tmp_pa
     the study ends after five screened in a row (the patched cap), done, not looping on."""
     from automl.fleet.study_loop import run_study_loop
     from automl.records import CONVERGED_ATTR, REPEAT_OF, SCREENED
-    from automl.service.studies import create_study, get_study
+    from automl.service.create import create_study
+    from automl.service.studies import get_study
     from automl.settings import Settings
     from automl.storage.factory import open_artifact_store, open_storage
 
