@@ -23,6 +23,8 @@ TrialStateName = Literal["COMPLETE", "FAIL", "RUNNING", "WAITING", "PRUNED"]
 TRIAL_STATES: tuple[str, ...] = get_args(TrialStateName)  # as Optuna's TrialState names them
 SPEC_ATTR = "automl_spec"  # the study user attr holding its spec: marks an automl study
 FAIL_REASON = "fail_reason"
+# The reason of a FAIL trial that recorded none: a reaper failed it.
+LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
 OVER_BUDGET = "over_budget"  # a trial that lost the race for the last slot: PRUNED, never run
 ARTIFACT_ID = "artifact_id"
 WORKER = "worker"  # host:pid of the process that ran the trial
@@ -103,7 +105,7 @@ class TrialRecord:
         fail_reason: Why it failed, for a FAIL trial.
         baseline: Whether it is the unmodified trained model's trial.
         user_attrs: Everything the trial recorded, as stored.
-        on_front: In a front: non-dominated (false for a baseline shown beside the front).
+        on_front: Whether it is on its study's Pareto front: feasible and non-dominated.
     """
 
     number: int
@@ -116,13 +118,14 @@ class TrialRecord:
     fail_reason: str | None
     baseline: bool
     user_attrs: Mapping[str, Any] = field(repr=False)
-    on_front: bool = True
+    on_front: bool = False
 
     @classmethod
     def of(
-        cls, trial: optuna.trial.FrozenTrial, objectives: Sequence[str], *, on_front: bool = True
+        cls, trial: optuna.trial.FrozenTrial, objectives: Sequence[str], *, on_front: bool
     ) -> TrialRecord:
-        """Read ``trial``'s attrs; ``objectives`` names the study's objective metrics."""
+        """Read ``trial``'s attrs; ``objectives`` names the study's objective metrics. A FAIL
+        trial that recorded no reason was failed by a reaper: :data:`LOST_WORKER` says so."""
         attrs = trial.user_attrs
         return cls(
             number=trial.number,
@@ -132,7 +135,7 @@ class TrialRecord:
             metrics={k: attrs[k] for k in RECORDED_METRICS if k in attrs},
             feasible=attrs.get("feasible"),
             artifact_id=attrs.get(ARTIFACT_ID),
-            fail_reason=attrs.get(FAIL_REASON),
+            fail_reason=attrs.get(FAIL_REASON, LOST_WORKER if trial.state.name == "FAIL" else None),
             baseline=bool(attrs.get(BASELINE)),
             user_attrs=attrs,
             on_front=on_front,

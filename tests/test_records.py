@@ -37,7 +37,7 @@ def test_a_record_reads_the_metrics_the_objectives_and_the_keys_of_a_trial() -> 
 
 
 def test_a_record_reads_as_the_mapping_that_front_rows_always_were() -> None:
-    record = TrialRecord.of(_trial(), ["accuracy"])
+    record = TrialRecord.of(_trial(), ["accuracy"], on_front=True)
 
     assert record["metrics"]["accuracy"] == 0.9 and record.get("fail_reason") is None
     assert {**record}["params"] == {"batch_size": 8} and "on_front" in record

@@ -21,6 +21,7 @@ from automl.service.studies import StudyInfo, StudyNotFound, TrialNotFound, get_
 from automl.targets import is_present, load_target
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
     from datetime import datetime
 
     from optuna.artifacts import FileSystemArtifactStore
@@ -82,7 +83,7 @@ def trial_detail(name: str, storage: BaseStorage, number: int) -> dict:
     study, spec = load(name, storage)
     trial = _trial(study, name, number)
     return {
-        **trial_record(trial, spec),
+        **trial_record(trial, spec, {t.number for t in study.best_trials}),
         **{key: trial.user_attrs.get(key) for key in _DETAIL_ATTRS},
         "constraints": trial.constraints,
         # Optuna stores naive local times; an explicit offset makes them RFC 3339 date-times.
@@ -187,9 +188,12 @@ def front_records(study: optuna.Study, spec: StudySpec) -> list[TrialRecord]:
     ]
 
 
-def trial_record(trial: optuna.trial.FrozenTrial, spec: StudySpec) -> TrialRecord:
-    """A trial as a :class:`~automl.records.TrialRecord` of ``spec``'s study."""
-    return TrialRecord.of(trial, spec.metric_names)
+def trial_record(
+    trial: optuna.trial.FrozenTrial, spec: StudySpec, front: Collection[int]
+) -> TrialRecord:
+    """A trial as a :class:`~automl.records.TrialRecord` of ``spec``'s study, whose front
+    holds the trial numbers ``front``."""
+    return TrialRecord.of(trial, spec.metric_names, on_front=trial.number in front)
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,8 @@ class StudySnapshots:
         snapshot = self._get(name, storage)
         trials = snapshot.trials if state is None else snapshot.by_state.get(state, [])
         page = trials[offset : offset + limit]
-        return len(trials), [trial_record(t, snapshot.spec) for t in page]
+        front = {r.number for r in snapshot.front.trials if r.on_front}
+        return len(trials), [trial_record(t, snapshot.spec, front) for t in page]
 
     def _get(self, name: str, storage: BaseStorage) -> _Snapshot:
         snapshot = self._snapshots.get(name)

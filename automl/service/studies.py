@@ -13,6 +13,7 @@ from automl.records import (
     CONVERGED_ATTR,
     FAIL_REASON,
     FORGIVEN_ATTR,
+    LOST_WORKER,
     REFUSED_ATTR,
     SPEC_ATTR,
     STOP_ATTR,
@@ -31,9 +32,6 @@ from automl.storage.capabilities import count_states as count_trial_states
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
-
-
-LOST_WORKER = "no reason recorded: the worker running it stopped (killed, or heartbeat lost)"
 
 
 class StudyNotFound(AutomlError, KeyError):

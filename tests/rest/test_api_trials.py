@@ -50,6 +50,22 @@ def test_trial_detail_has_metrics_timings_and_constraints(api_client, study_with
     assert trial["params"] == {"arch.width": 48}
 
 
+def test_each_trial_says_whether_it_is_on_the_front(
+    api_client, study_with_trials, api_server, synthetic_trial
+):
+    study = optuna.load_study(study_name=study_with_trials, storage=api_server.storage)
+    study.add_trial(synthetic_trial(8, 0.85, 1.5))  # dominated by trial 0
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL))  # reaped
+    base = f"/v1/studies/{study_with_trials}"
+    front = {t["number"] for t in api_client.get(f"{base}/pareto").json()["trials"]}
+    listed = api_client.get(f"{base}/trials").json()["items"]
+    assert {t["number"] for t in listed if t["on_front"]} == front == set(range(7))
+    assert not any(t["on_front"] for t in listed if t["state"] == "FAIL")
+    details = [api_client.get(f"{base}/trials/{t['number']}").json() for t in listed]
+    assert [d["on_front"] for d in details] == [t["on_front"] for t in listed]
+    assert details[-1]["fail_reason"].startswith("no reason recorded: the worker running it")
+
+
 @pytest.mark.parametrize(
     ("path", "status", "code"),
     [

@@ -211,7 +211,7 @@ def _by_accuracy(study_run: dict) -> list[dict]:
     from automl.service.studies import load
 
     _, spec = load(NAME, study_run["storage"])
-    records = [trial_record(t, spec) for t in study_run["trials"]]
+    records = [trial_record(t, spec, front=()) for t in study_run["trials"]]
     return sorted(records, key=lambda r: -r["metrics"]["accuracy"])
 
 
