@@ -75,6 +75,8 @@ def run_dashboard(
 
     Raises:
         SpecError: The storage URL is malformed.
+        StorageUnavailable: The storage cannot be opened, or is a SQLite file that does not
+            exist (the dashboard creates none).
     """
     import optuna_dashboard
     import optuna_dashboard._app
@@ -86,7 +88,7 @@ def run_dashboard(
     warning = exposure_warning(host)
     if warning:
         logger.warning(warning)
-    storage = open_storage(storage_url, get_settings())
+    storage = open_storage(storage_url, get_settings(), create=False)  # a typo is no new store
     artifacts_dir = Path(artifacts_dir)
     artifacts_dir.mkdir(parents=True, exist_ok=True)
     optuna_dashboard._app.get_pareto_front_trials = best_trials

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import time
 import warnings
 from datetime import datetime
@@ -134,8 +135,8 @@ def open_storage(url: str, settings: Settings, *, create: bool = True) -> Heartb
 
     Raises:
         SpecError: The URL is malformed, or its database driver is not installed.
-        StorageUnavailable: The database cannot be reached, or (``create`` off) a SQLite
-            file does not exist.
+        StorageUnavailable: The database cannot be reached, its tables were set up by another
+            Optuna version, or (``create`` off) a SQLite file does not exist.
     """
     try:
         parsed = make_url(url)
@@ -171,6 +172,10 @@ def open_storage(url: str, settings: Settings, *, create: bool = True) -> Heartb
             f"cannot set up Optuna's tables in {shown}: {' '.join(str(e.orig).split())}; the "
             "role needs to own the database (or have CREATE on its schema)"
         ) from None
+    except RuntimeError as e:
+        if "table schema" not in str(e):
+            raise
+        raise StorageUnavailable(_schema_mismatch(shown, str(e))) from None
     except (ImportError, NoSuchModuleError):
         raise SpecError(
             f"no database driver for {parsed.drivername!r} is installed; use postgresql://… "
@@ -179,6 +184,22 @@ def open_storage(url: str, settings: Settings, *, create: bool = True) -> Heartb
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         _use_wal(storage.engine)
     return storage
+
+
+def _schema_mismatch(shown: str, optuna_says: str) -> str:
+    """What to do with a storage whose tables another Optuna version set up."""
+    found = re.search(r"set up by optuna ([^)\s]+)", optuna_says)
+    by = f"Optuna {found.group(1)}" if found else "another Optuna"
+    if "optuna storage upgrade" in optuna_says:  # an older Optuna: Alembic migrates it
+        return (
+            f"the storage {shown} was set up by {by}, older than this Optuna "
+            f"{optuna.__version__}: back it up, upgrade its tables with `optuna storage upgrade "
+            f"--storage '{shown}'` (a hidden password shows as ***), then run this again"
+        )
+    return (
+        f"the storage {shown} was set up by {by}, which this Optuna {optuna.__version__} cannot "
+        "read; open it with the Optuna that set it up, or a newer one"
+    )
 
 
 def _connect(url: str, engine_kwargs: dict, settings: Settings) -> HeartbeatRDBStorage:

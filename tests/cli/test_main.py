@@ -30,6 +30,22 @@ def test_worker_on_an_unreachable_storage_is_a_clear_error(cli):
     assert "Traceback" not in out.stderr
 
 
+def test_a_storage_of_an_older_optuna_says_how_to_upgrade_it(cli):
+    import sqlalchemy
+
+    from automl.settings import Settings
+    from automl.storage.factory import open_storage
+
+    open_storage(cli.storage, Settings()).engine.dispose()
+    engine = sqlalchemy.create_engine(cli.storage)
+    with engine.begin() as db:
+        db.execute(sqlalchemy.text("UPDATE alembic_version SET version_num = 'v3.0.0.d'"))
+    engine.dispose()
+    out = cli("study", "list", check=False)
+    assert out.returncode == 2 and "optuna storage upgrade --storage" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_spaces_lists_every_shipped_space_one_line_each(cli):
     from automl.search.space import list_spaces
 

@@ -163,3 +163,13 @@ def test_frontend_is_served(dashboard: str) -> None:
 def test_warns_off_loopback(host: str, exposed: bool) -> None:
     assert is_loopback(host) is not exposed
     assert (exposure_warning(host) is not None) is exposed
+
+
+def test_a_mistyped_storage_is_refused_and_not_created(tmp_path: Path) -> None:
+    from automl.errors import StorageUnavailable
+    from automl.report.dashboard import run_dashboard
+
+    missing = tmp_path / "typo" / "automl.db"
+    with pytest.raises(StorageUnavailable, match="does not exist"):
+        run_dashboard(f"sqlite:///{missing}", tmp_path / "artifacts", port=0)
+    assert not missing.parent.exists()

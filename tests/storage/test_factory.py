@@ -124,3 +124,31 @@ def test_a_read_only_open_never_creates_a_sqlite_file(tmp_path):
     open_storage(f"sqlite:///{missing}", Settings())
     assert missing.is_file()
     open_storage(f"sqlite:///{missing}", Settings(), create=False)
+
+
+def _set_up_by(url: str, revision: str, library_version: str) -> None:
+    """Mark a storage's tables as an older (or newer) Optuna's, as that Optuna leaves them."""
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as db:
+        db.execute(sqlalchemy.text("UPDATE alembic_version SET version_num = :v"), {"v": revision})
+        db.execute(sqlalchemy.text("UPDATE version_info SET library_version = :v"),
+                   {"v": library_version})  # fmt: skip
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("revision", "says"),
+    [
+        (
+            "v3.0.0.d",
+            r"set up by Optuna 3\.1\.1, older .*optuna storage upgrade --storage 'sqlite:///",
+        ),
+        ("v99.0.0", r"set up by Optuna 3\.1\.1, which this Optuna .* cannot read"),
+    ],
+)
+def test_tables_of_another_optuna_version_are_one_clear_error(tmp_path, revision, says):
+    url = f"sqlite:///{tmp_path}/old.db"
+    open_storage(url, Settings()).engine.dispose()
+    _set_up_by(url, revision, "3.1.1")
+    with pytest.raises(StorageUnavailable, match=says):
+        open_storage(url, Settings())
