@@ -28,6 +28,8 @@ _HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
+# Pydantic's error types for a body that is no JSON object: another type, form data, or none.
+_NO_OBJECT = ("model_attributes_type", "dict_type", "missing")
 
 
 class ApiError(Exception):
@@ -80,6 +82,8 @@ async def _validation(_request: Request, exc: RequestValidationError) -> JSONRes
         field = ".".join(str(p) for p in path) or "(body)"
         errors.append({"field": field, "in": where, "message": item["msg"]})
     summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    if any(item["loc"] == ("body",) and item["type"] in _NO_OBJECT for item in exc.errors()):
+        summary += "; send one JSON object, with Content-Type: application/json"
     return error_response(422, "invalid_request", f"invalid request: {summary}", errors)
 
 
@@ -108,8 +112,10 @@ def _allowed(request: Request) -> str:
 
 
 async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
-    code = "study_not_found" if isinstance(exc, StudyNotFound) else "trial_not_found"
-    return error_response(404, code, str(exc))
+    if isinstance(exc, StudyNotFound):
+        message = f"no study named {exc.args[0]!r}; GET /v1/studies lists the existing ones"
+        return error_response(404, "study_not_found", message)
+    return error_response(404, "trial_not_found", str(exc))
 
 
 async def _artifact_missing(_request: Request, _exc: ArtifactNotFound) -> JSONResponse:

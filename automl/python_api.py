@@ -136,7 +136,7 @@ def optimize(
     overrides = {
         "search_space": _text(search_space), "dataset": _dataset(dataset, settings),
         "dataset_name": "dataset" if isinstance(dataset, Mapping) else None,
-        "target": target, "objectives": _objectives(objectives),
+        "target": target, "objectives": _listed(objectives),
         "constraints": _listed(constraints), "n_trials": n_trials, "timeout_s": timeout_s,
         "sampler": sampler, "seed": seed, "name": name, "model": _model(model, settings),
         "standardize": standardize,
@@ -236,13 +236,6 @@ def _listed(values: Sequence | str | None) -> list | None:
     if values is None:
         return None
     return [values] if isinstance(values, str) else list(values)
-
-
-def _objectives(values: Sequence | str | None) -> list | None:
-    listed = _listed(values)
-    if listed is None:
-        return None
-    return [{"metric": value} if isinstance(value, str) else value for value in listed]
 
 
 def _model(

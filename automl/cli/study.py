@@ -104,7 +104,7 @@ def start(
     overrides = {
         "name": name, "search_space": space, "dataset": dataset, "n_trials": n_trials,
         "timeout_s": timeout, "sampler": sampler, "seed": seed, "standardize": standardize,
-        "objectives": [{"metric": m} for m in objective] if objective else None,
+        "objectives": objective or None,
         "constraints": constraint or None,
         "model": _trained(model, weights, output_layer, model_output),
     }  # fmt: skip

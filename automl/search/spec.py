@@ -29,7 +29,8 @@ ONNX_SPACE = "onnx-model"
 
 
 class Objective(BaseModel):
-    """One objective; the direction defaults to the metric's natural one.
+    """One objective, or just its metric's name; the direction defaults to the metric's natural
+    one.
 
     ``scale: log`` (the default for every metric but accuracy) hands the sampler log10 of the
     metric (see :class:`automl.search.samplers.ScaledValuesSampler`). The front is the same either way,
@@ -41,6 +42,12 @@ class Objective(BaseModel):
     metric: str = Field(json_schema_extra={"enum": list(METRICS)})
     direction: Literal["maximize", "minimize"] | None = None
     scale: Literal["linear", "log"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: object) -> object:
+        """A bare metric name, ``accuracy``, is ``{metric: accuracy}``."""
+        return {"metric": data} if isinstance(data, str) else data
 
     @field_validator("metric")
     @classmethod

@@ -141,6 +141,23 @@ def test_bad_specs_get_422_naming_the_field(submit_spec, spec, field):
     assert field.split(".")[0] in body["message"] or body["code"] == "invalid_spec"
 
 
+@pytest.mark.parametrize(
+    ("content", "content_type"),
+    [
+        ('{"search_space": "digits-mlp"}', "text/plain"),
+        ("search_space=digits-mlp", "application/x-www-form-urlencoded"),
+        ('[{"search_space": "digits-mlp"}]', "application/json"),
+        ("", "application/json"),
+    ],
+)
+def test_a_body_that_is_no_json_object_says_what_to_send(api_client, content, content_type):
+    response = api_client.post(
+        "/v1/studies", content=content, headers={"Content-Type": content_type}
+    )
+    assert response.status_code == 422
+    assert "send one JSON object, with Content-Type: application/json" in response.json()["message"]
+
+
 def test_a_refused_target_or_data_file_says_what_would_do(submit_spec):
     target = submit_spec(target="tpu").json()
     assert "known targets: ['a100'," in target["message"] and "'cpu'" in target["message"]
@@ -165,7 +182,7 @@ def test_404_names_what_is_missing(api_client):
     assert response.status_code == 404
     assert response.json() == {
         "code": "study_not_found",
-        "message": "no study named 'no-such-study'; `automl study list` shows the existing ones",
+        "message": "no study named 'no-such-study'; GET /v1/studies lists the existing ones",
     }
     assert api_client.get("/v1/nothing").json() == {
         "code": "not_found",

@@ -81,6 +81,16 @@ def test_objectives_are_stored_raw_and_reach_the_sampler_in_their_scale():
     assert linear.scaled(0.5) == 0.5
 
 
+def test_an_objective_may_be_just_its_metric_name():
+    named = parse_spec({"objectives": ["accuracy", "size_mb"]}).objectives
+    assert (
+        named
+        == parse_spec({"objectives": [{"metric": "accuracy"}, {"metric": "size_mb"}]}).objectives
+    )
+    with pytest.raises(SpecError, match=r"objectives\.0\.metric: unknown metric 'acuracy'"):
+        parse_spec({"objectives": ["acuracy"]})
+
+
 def test_the_schema_enumerates_the_metrics():
     from automl.records import METRICS
     from automl.search.spec import StudySpec
