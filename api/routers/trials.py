@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated
 
 from fastapi import APIRouter, Query
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import FileResponse, Response
+from starlette.background import BackgroundTask
 
 from api.deps import (
     ArtifactStoreDep,
@@ -17,11 +21,8 @@ from api.deps import (
 )
 from api.schemas import ErrorOut, TrialDetail, TrialOut, TrialPage
 from automl.records import TrialStateName
-from automl.service.read import open_model, trial_detail
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from typing import BinaryIO
+from automl.service.exports import export_model
+from automl.service.read import trial_detail
 
 router = APIRouter(prefix="/studies/{name}/trials", tags=["trials"])
 _NOT_FOUND = {404: {"model": ErrorOut, "description": "No such study or trial."}}
@@ -30,12 +31,6 @@ StateFilter = Annotated[
     TrialStateName | None,
     Query(description="Only trials in this state."),
 ]
-
-
-class OnnxStream(StreamingResponse):
-    """A streamed ONNX file."""
-
-    media_type = "application/octet-stream"
 
 
 @router.get("", responses=_NOT_FOUND)
@@ -67,15 +62,19 @@ def read_trial(name: StudyName, number: TrialNumber, storage: StorageDep) -> Tri
 )
 def download_model(
     name: StudyName, number: TrialNumber, storage: StorageDep, artifacts: ArtifactStoreDep
-) -> OnnxStream:
-    """The trial's ONNX model (dynamic batch axis), streamed."""
-    reader = open_model(name, storage, artifacts, number)
+) -> FileResponse:
+    """The trial's ONNX model (dynamic batch axis), as ``automl study export`` writes it: its
+    metadata says how to feed it (``automl.input``, ``automl.preprocessing``, ...)."""
+    folder = Path(tempfile.mkdtemp(prefix="automl-model-"))
     filename = f"{name}-trial-{number}.onnx"
-    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
-    return OnnxStream(_chunks(reader), headers=headers)
-
-
-def _chunks(reader: BinaryIO, size: int = 1 << 16) -> Iterator[bytes]:
-    with reader:
-        while chunk := reader.read(size):
-            yield chunk
+    try:
+        export_model(name, storage, artifacts, number, folder / filename)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return FileResponse(
+        folder / filename,
+        media_type="application/octet-stream",
+        filename=filename,
+        background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
+    )

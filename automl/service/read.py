@@ -11,7 +11,7 @@ import gc
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 import optuna
 
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from collections.abc import Collection
     from datetime import datetime
 
-    from optuna.artifacts import FileSystemArtifactStore
     from optuna.storages import BaseStorage
 
     from automl.search.spec import StudySpec
@@ -95,19 +94,6 @@ def trial_detail(name: str, storage: BaseStorage, number: int) -> dict:
 
 def _aware(moment: datetime | None) -> datetime | None:
     return moment.astimezone() if moment is not None else None
-
-
-def open_model(
-    name: str, storage: BaseStorage, artifact_store: FileSystemArtifactStore, number: int
-) -> BinaryIO:
-    """Open trial ``number``'s ONNX model for reading; the caller closes it.
-
-    Raises:
-        StudyNotFound: No such study.
-        TrialNotFound: No such trial, or it has no model (it did not complete).
-    """
-    trial, _ = model_trial(name, storage, number)
-    return artifact_store.open_reader(trial.user_attrs[ARTIFACT_ID])
 
 
 def model_trial(

@@ -11,6 +11,7 @@ import time
 
 import httpx
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from sklearn.datasets import load_digits
@@ -120,6 +121,8 @@ def test_submitted_study_runs_on_a_local_worker_and_its_model_runs_in_ort(
             response = api_client.get(best["model_url"])
             assert response.status_code == 200
             assert response.headers["content-type"] == "application/octet-stream"
+            metadata = {p.key for p in onnx.load_from_string(response.content).metadata_props}
+            assert {"automl.input", "automl.preprocessing", "automl.class_names"} <= metadata
     finally:
         process.send_signal(signal.SIGTERM)
         try:
