@@ -11,6 +11,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -19,7 +21,7 @@ from automl.errors import SpecError
 from automl.settings import get_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from automl.settings import Settings
 
@@ -81,30 +83,105 @@ def serve(
         )
     url = storage_url or settings.storage
     app = create_app(settings, storage=open_storage(url, settings))
-    context = multiprocessing.get_context("spawn")
     gpus = list_gpus() if workers else []
     accepts = serves_any(list_targets())  # a GPU that is no target's model measures nothing
-    processes = [
-        context.Process(
-            target=worker_process,
-            args=(url, settings, worker_environment(i, gpus, accepts=accepts)),
-            name=f"automl-worker-{i}",
-        )
-        for i in range(workers)
-    ]
-    for process in processes:
-        process.start()
+    local = LocalWorkers(
+        [(url, settings, worker_environment(i, gpus, accepts=accepts)) for i in range(workers)]
+    )
+    local.start()
     # uvicorn re-raises the signal that stopped it; SIGTERM must still reach `finally`, and a
     # requested stop exits 0, as `automl worker` does (systemd counts 143 as a failure).
     signal.signal(signal.SIGTERM, _stopped)
     try:
         uvicorn.run(app, host=host, port=port, log_level="info")
     finally:
-        logger.warning("stopping %d worker(s) after their running trials", len(processes))
-        for process in processes:
+        local.stop()
+
+
+class LocalWorkers:
+    """The worker processes of ``automl serve`` (each runs ``target``, by default
+    :func:`worker_process`, on its ``args``); one that dies is started again.
+
+    A worker that was killed or crashed (a non-zero exit code) is restarted; its running trial
+    stays RUNNING until its heartbeat lapses, then the reaper fails and retries it. A worker
+    that dies within ``crash_loop_s`` of its start more than ``crash_loop_restarts`` times in a
+    row is left dead, with the reason in the log above it.
+    """
+
+    def __init__(
+        self,
+        args: list[tuple],
+        *,
+        target: Callable[..., object] | None = None,
+        poll_s: float = 1.0,
+        crash_loop_s: float = 30.0,
+        crash_loop_restarts: int = 3,
+    ) -> None:
+        self._args = args
+        self._target = target or worker_process
+        self._context = multiprocessing.get_context("spawn")
+        self._processes: list[multiprocessing.process.BaseProcess | None] = [None] * len(args)
+        self._started = [0.0] * len(args)
+        self._quick_deaths = [0] * len(args)
+        self._poll_s, self._crash_loop_s = poll_s, crash_loop_s
+        self._crash_loop_restarts = crash_loop_restarts
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start every worker, and a thread that restarts one that dies."""
+        for index in range(len(self._args)):
+            self._start(index)
+        if self._args:
+            threading.Thread(target=self._watch, name="automl-workers", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop every worker after its running trial, and wait for them."""
+        with self._lock:
+            self._stopping.set()
+        live = [p for p in self._processes if p is not None]
+        logger.warning("stopping %d worker(s) after their running trials", len(live))
+        for process in live:
             process.terminate()
-        for process in processes:
+        for process in live:
             process.join()
+
+    def _start(self, index: int) -> None:
+        process = self._context.Process(
+            target=self._target, args=self._args[index], name=f"automl-worker-{index}"
+        )
+        process.start()
+        self._processes[index], self._started[index] = process, time.monotonic()
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(self._poll_s):
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                for index, process in enumerate(self._processes):
+                    if process is not None and not process.is_alive():
+                        self._restart(index, process.exitcode)
+
+    def _restart(self, index: int, code: int | None) -> None:
+        if code == 0:  # a requested stop (a Ctrl-C reaches the whole process group)
+            logger.info("worker %d stopped", index)
+            self._processes[index] = None
+            return
+        quick = time.monotonic() - self._started[index] < self._crash_loop_s
+        self._quick_deaths[index] = self._quick_deaths[index] + 1 if quick else 0
+        if self._quick_deaths[index] > self._crash_loop_restarts:
+            logger.error(
+                "worker %d exited (code %s) within %.0f s of its start %d times in a row; it is "
+                "not started again: its log above says why, and a restart of automl serve "
+                "starts it", index, code, self._crash_loop_s, self._quick_deaths[index],
+            )  # fmt: skip
+            self._processes[index] = None
+            return
+        logger.warning(
+            "worker %d exited unexpectedly (code %s); starting it again. Its running trial, if "
+            "any, is failed and retried once its heartbeat lapses", index, code,
+        )  # fmt: skip
+        self._start(index)
 
 
 def _stopped(_signum: int, _frame: object) -> None:

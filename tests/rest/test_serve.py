@@ -1,0 +1,42 @@
+"""``automl serve``'s local worker processes: a killed or crashed one is started again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from api.serve import LocalWorkers
+
+
+def _wait_for(predicate, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_killed_worker_is_started_again():
+    workers = LocalWorkers([(60,)], target=time.sleep, poll_s=0.05)
+    workers.start()
+    try:
+        first = workers._processes[0]
+        _wait_for(lambda: first.pid is not None and first.is_alive())
+        os.kill(first.pid, signal.SIGKILL)
+        _wait_for(lambda: workers._processes[0] is not first and workers._processes[0].is_alive())
+    finally:
+        workers.stop()
+    assert not any(p.is_alive() for p in workers._processes if p is not None)
+
+
+def test_a_worker_that_keeps_crashing_at_start_is_left_dead_and_one_that_stopped_too(caplog):
+    crashing = LocalWorkers([(1,), (0,)], target=sys.exit, poll_s=0.05, crash_loop_restarts=2)
+    with caplog.at_level("INFO", logger="api.serve"):
+        crashing.start()
+        _wait_for(lambda: crashing._processes == [None, None])
+        crashing.stop()
+    restarts = [r for r in caplog.records if "starting it again" in r.getMessage()]
+    assert len(restarts) == 2  # then the third quick death in a row leaves it dead
+    assert any("not started again" in r.getMessage() for r in caplog.records)
+    assert any(r.getMessage() == "worker 1 stopped" for r in caplog.records)  # exit 0: no restart
