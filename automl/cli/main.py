@@ -107,8 +107,8 @@ def worker(
 ) -> None:
     """Run trials of the stored studies whose target this machine has.
 
-    Exits when no study in scope has work left (unless --wait), and on SIGTERM or Ctrl-C after
-    finishing its running trial. Failed stale trials of dead workers are re-queued.
+    Exits when no study in scope has work left (unless --wait), and on SIGTERM (0) or Ctrl-C
+    (130) after finishing its running trial. Failed stale trials of dead workers are re-queued.
     """
     import logging
 
@@ -136,16 +136,19 @@ def worker(
         f"worker on {shown_url(storage)} serving targets {sorted(targets)}"
         + (f", studies {sorted(names)}" if names else "")
     )
+    stop = GracefulStop().install()
     ran = work(
         cached(store),
         artifact_store=open_artifact_store(get_settings()),
         settings=get_settings(),
-        stop=GracefulStop().install(),
+        stop=stop,
         scope=Scope(targets=frozenset(targets), studies=frozenset(names) if names else None),
         max_trials=max_trials,
         exit_when_idle=not wait,
     )
     err.print(f"worker done: {ran} trial(s) run here")
+    if stop.interrupted:  # as `automl study start` does; SIGTERM is a requested stop: 0
+        raise typer.Exit(130)
 
 
 def _require_servable(name: str, storage: BaseStorage, targets: set[str]) -> None:

@@ -168,6 +168,18 @@ def test_sigterm_finishes_the_running_trial_and_exits_zero(fleet):
     assert _states(study)["COMPLETE"] < 5
 
 
+def test_ctrl_c_lets_the_worker_trial_complete_and_exits_130(fleet):
+    make_study, worker = fleet
+    study = make_study("ctrl-c", n_trials=3, epochs=30)
+    process = worker("--target", "cpu", "--studies", "ctrl-c")
+    running = _running_on(study, process.pid)
+    process.send_signal(signal.SIGINT)
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 130, output
+    assert study._storage.get_trial(running._trial_id).state.name == "COMPLETE"
+    assert _states(study) == {"COMPLETE": 1}
+
+
 def test_a_second_ctrl_c_aborts_the_worker_trial_without_a_traceback(fleet):
     make_study, worker = fleet
     study = make_study("abort", n_trials=2, epochs=1000)  # long: both presses land inside it
