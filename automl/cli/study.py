@@ -265,4 +265,8 @@ def stop(name: str, storage: StorageOpt = None) -> None:
         request_stop(name, open_cli_storage(storage, create=False))
     except AutomlError as e:
         raise fail(e) from None
-    console.print(f"Stop requested for {name}: workers finish their running trial, then exit.")
+    console.print(
+        f"Stop requested for {name}: its workers finish their running trial and start no other "
+        "of its trials (workers started with --wait stay up for other studies). Resume it with "
+        f"`automl study start --name {name}`."
+    )
