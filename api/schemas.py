@@ -64,6 +64,9 @@ class StudyOut(BaseModel):
     waiting_reason: str | None
     error: str | None = None
     converged: str | None = None
+    stale: list[int] = Field(
+        default=[], description="RUNNING trials whose worker sends no heartbeat: it has died."
+    )
     infeasible: dict[str, int] = {}
     failures: list[FailureOut]
     links: dict[str, str]

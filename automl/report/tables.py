@@ -104,6 +104,11 @@ def study_panel(info: StudyInfo) -> Panel:
         lines.append(f"[red]failed before any trial:[/] {escape(info.error)}")
     if info.converged:
         lines.append(f"[bold]ended[/] {escape(info.converged)}")
+    for number in info.stale:
+        lines.append(
+            f"[yellow]trial {number}:[/] its worker sends no heartbeat (killed, or its host "
+            "lost); the next worker or reaper to look fails and retries it"
+        )
     for constraint, count in info.infeasible.items():
         lines.append(f"[yellow]infeasible:[/] {count} complete trial(s) break {constraint}")
     for failure in info.failures[-10:]:

@@ -29,6 +29,7 @@ from automl.search.budget import (
 )
 from automl.search.spec import StudySpec, parse_spec
 from automl.storage.capabilities import count_states as count_trial_states
+from automl.storage.capabilities import stale_trial_ids
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -62,6 +63,7 @@ class StudyInfo:
     failures: list[dict] = field(default_factory=list)
     error: str | None = None  # why the study failed before any trial could run
     converged: str | None = None  # why a serving study ended before n_trials
+    stale: list[int] = field(default_factory=list)  # RUNNING trials whose worker has died
     infeasible: dict[str, int] = field(default_factory=dict)  # per constraint: COMPLETE trials
 
     def as_dict(self) -> dict:
@@ -147,8 +149,17 @@ def get_study(name: str, storage: BaseStorage) -> StudyInfo:
         failures=failures,
         error=error,
         converged=converged,
+        stale=_stale(study, trials),
         infeasible=_infeasible(trials, spec),
     )
+
+
+def _stale(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
+    """The numbers of RUNNING trials whose heartbeat has lapsed."""
+    if not any(t.state.name == "RUNNING" for t in trials):
+        return []
+    ids = set(stale_trial_ids(study._storage, study._study_id))
+    return [t.number for t in trials if t._trial_id in ids]
 
 
 def _infeasible(trials: list[optuna.trial.FrozenTrial], spec: StudySpec) -> dict[str, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from automl.records import TRIAL_STATES
@@ -73,3 +74,11 @@ def count_taken(storage: BaseStorage, study_id: int, number: int) -> int:
         return storage.count_taken_trials(study_id, number)
     taken = storage.get_all_trials(study_id, deepcopy=False, states=_TAKEN)
     return sum(t.state == TrialState.COMPLETE or t.number < number for t in taken)
+
+
+def stale_trial_ids(storage: BaseStorage, study_id: int) -> list[int]:
+    """The study's RUNNING trials whose heartbeat is older than the grace period: their worker
+    has died, and the next reap fails and retries them. Without heartbeats, none."""
+    if isinstance(storage, BaseHeartbeat) and is_heartbeat_enabled(storage):
+        return storage._get_stale_trial_ids(study_id)
+    return []

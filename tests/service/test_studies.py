@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from datetime import datetime, timedelta
 
@@ -8,10 +9,12 @@ import onnxruntime as ort
 import optuna
 import pytest
 from optuna.artifacts import download_artifact
+from rich.console import Console
 
 from automl.fleet.scheduler import Scope, runnable_studies
 from automl.fleet.study_loop import run_study_loop
 from automl.records import FORGIVEN_ATTR
+from automl.report.tables import study_panel
 from automl.search.spec import parse_spec
 from automl.service.create import create_study
 from automl.service.read import list_studies, pareto_front, waiting_reason
@@ -137,6 +140,20 @@ def test_a_study_whose_time_budget_has_passed_is_done_not_queued(env):
     assert runnable_studies(storage, Scope()) == []
     result = run_study_loop("t", storage, artifact_store=store, settings=settings)
     assert (result.reason, result.ran) == ("timeout", 0)  # a resumed loop too
+
+
+def test_show_names_running_trials_whose_worker_sends_no_heartbeat(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    storage = open_storage(url, Settings(storage=url, heartbeat_interval_s=1, grace_period_s=2))
+    create_study(_spec(), storage)
+    optuna.load_study(study_name="t", storage=storage).ask()  # a worker that then dies
+    assert get_study("t", storage).stale == []  # its first heartbeat is fresh
+    time.sleep(3.5)
+    info = get_study("t", storage)
+    assert info.stale == [0]
+    console = Console(record=True, width=200)
+    console.print(study_panel(info))
+    assert "trial 0: its worker sends no heartbeat" in console.export_text()
 
 
 def test_unknown_study(env):
