@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 from dataclasses import dataclass, field
@@ -49,16 +50,21 @@ class Status:
         if ended == [self.counts.get(s) for s in ("COMPLETE", "FAIL")]:
             self.counts = counts
             return []
-        self._read_front()
-        self.counts = counts
         finished = self.study.get_trials(deepcopy=False, states=_ENDED)
+        # Read after the trials listed, so that the front and the counts include each of them.
+        self._read_front()
+        self.counts, _ = state_counts(self.study._storage, self.study._study_id)
         new = [t for t in finished if t.number not in self.logged]
         self.logged |= {t.number for t in new}
-        return [self._line(t) for t in sorted(new, key=lambda t: t.number)]
+        completions = sorted(
+            t.datetime_complete for t in finished if t.state.name == "COMPLETE"
+        )  # fmt: skip
+        return [self._line(t, completions) for t in sorted(new, key=lambda t: t.number)]
 
-    def _line(self, trial: optuna.trial.FrozenTrial) -> str:
+    def _line(self, trial: optuna.trial.FrozenTrial, completions: list) -> str:
+        """The trial's line; its count is of the trials COMPLETE when it ended."""
         total = f"/{self.n_trials}" if self.n_trials is not None else ""
-        done = f"{self.counts['COMPLETE']}{total} complete"
+        done = f"{bisect.bisect_right(completions, trial.datetime_complete)}{total} complete"
         if trial.state.name == "FAIL":
             what = f"failed: {trial.user_attrs.get('fail_reason', 'no reason recorded')}"
         else:

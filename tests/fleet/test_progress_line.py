@@ -1,0 +1,38 @@
+"""The progress line's log lines: one per ended trial, each with the counts as it ended."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import optuna
+
+from automl.fleet.progress_line import Status
+
+
+def _complete(number: int, accuracy: float, ended: datetime) -> optuna.trial.FrozenTrial:
+    trial = optuna.trial.create_trial(
+        values=[accuracy, 0.01 * (number + 1)],
+        user_attrs={"accuracy": accuracy, "latency_per_sample_ms": 0.01 * (number + 1)},
+    )
+    trial.datetime_start, trial.datetime_complete = ended - timedelta(seconds=1), ended
+    return trial
+
+
+def test_trials_that_ended_between_refreshes_each_get_the_count_as_they_ended(tmp_path):
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path}/s.db", directions=["maximize", "minimize"]
+    )
+    status = Status(study, n_trials=3)
+    assert status.refresh() == []
+    now = datetime.now()
+    study.add_trial(_complete(0, 0.8, now))
+    failed = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL)
+    failed.datetime_complete = now + timedelta(seconds=1)  # between the two COMPLETE ones
+    study.add_trial(failed)
+    study.add_trial(_complete(2, 0.9, now + timedelta(seconds=2)))
+    lines = status.refresh()
+    assert [line.split("  (")[1].split(",")[0] for line in lines] == [
+        "1/3 complete", "1/3 complete", "2/3 complete",
+    ]  # fmt: skip
+    assert "trial 2 accuracy 0.900" in lines[2] and "best acc 0.900" in lines[2]
+    assert status.refresh() == []  # each trial once
