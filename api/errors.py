@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from automl.errors import SpecError
+from automl.service.exports import ModelMissing
 from automl.service.studies import StudyNotFound, TrialNotFound
 from automl.service.submissions import KeyReused, StudyConflict
 
@@ -111,14 +112,16 @@ def _allowed(request: Request) -> str:
     )
 
 
-async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, ModelMissing):  # its message names the server's folders
+        return await _artifact_missing(request, exc)
     if isinstance(exc, StudyNotFound):
         message = f"no study named {exc.args[0]!r}; GET /v1/studies lists the existing ones"
         return error_response(404, "study_not_found", message)
     return error_response(404, "trial_not_found", str(exc))
 
 
-async def _artifact_missing(_request: Request, _exc: ArtifactNotFound) -> JSONResponse:
+async def _artifact_missing(_request: Request, _exc: Exception) -> JSONResponse:
     return error_response(404, "model_not_found", "the trial's model file is missing")
 
 

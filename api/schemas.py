@@ -112,8 +112,8 @@ class TrialOut(BaseModel):
     baseline: bool = Field(
         default=False, description="The unmodified trained model (a trained model's study)"
     )
-    on_front: bool | None = Field(
-        default=None, description="In a front: non-dominated (false for a dominated baseline)"
+    on_front: bool = Field(
+        default=False, description="On the study's Pareto front: feasible and non-dominated"
     )
 
     @classmethod

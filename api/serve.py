@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from automl.settings import Settings
 
 logger = logging.getLogger("api.serve")
+_STARTUP_FAILURE = 3  # uvicorn's exit code when the server could not start
 
 
 def serve_command(
@@ -85,17 +86,23 @@ def serve(
     app = create_app(settings, storage=open_storage(url, settings))
     gpus = list_gpus() if workers else []
     accepts = serves_any(list_targets())  # a GPU that is no target's model measures nothing
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
     local = LocalWorkers(
-        [(url, settings, worker_environment(i, gpus, accepts=accepts)) for i in range(workers)]
+        [(url, settings, worker_environment(i, gpus, accepts=accepts)) for i in range(workers)],
+        halted=lambda: server.should_exit,  # a Ctrl-C reaches the workers too: none restarts
     )
-    local.start()
     # uvicorn re-raises the signal that stopped it; SIGTERM must still reach `finally`, and a
     # requested stop exits 0, as `automl worker` does (systemd counts 143 as a failure).
     signal.signal(signal.SIGTERM, _stopped)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        local.start()
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C, re-raised by uvicorn once it has shut down
+        pass
     finally:
         local.stop()
+    if not server.started:  # e.g. the port is taken: uvicorn logged why
+        raise SystemExit(_STARTUP_FAILURE)
 
 
 class LocalWorkers:
@@ -105,7 +112,8 @@ class LocalWorkers:
     A worker that was killed or crashed (a non-zero exit code) is restarted; its running trial
     stays RUNNING until its heartbeat lapses, then the reaper fails and retries it. A worker
     that dies within ``crash_loop_s`` of its start more than ``crash_loop_restarts`` times in a
-    row is left dead, with the reason in the log above it.
+    row is left dead, with the reason in the log above it. None is restarted once ``halted()``
+    (the server is shutting down: a Ctrl-C reaches every process of the group).
     """
 
     def __init__(
@@ -113,12 +121,14 @@ class LocalWorkers:
         args: list[tuple],
         *,
         target: Callable[..., object] | None = None,
+        halted: Callable[[], bool] = lambda: False,
         poll_s: float = 1.0,
         crash_loop_s: float = 30.0,
         crash_loop_restarts: int = 3,
     ) -> None:
         self._args = args
         self._target = target or worker_process
+        self._halted = halted
         self._context = multiprocessing.get_context("spawn")
         self._processes: list[multiprocessing.process.BaseProcess | None] = [None] * len(args)
         self._started = [0.0] * len(args)
@@ -156,11 +166,16 @@ class LocalWorkers:
     def _watch(self) -> None:
         while not self._stopping.wait(self._poll_s):
             with self._lock:
-                if self._stopping.is_set():
+                if self._stopping.is_set() or self._halted():
                     return
                 for index, process in enumerate(self._processes):
-                    if process is not None and not process.is_alive():
+                    if process is None or process.is_alive():
+                        continue
+                    try:
                         self._restart(index, process.exitcode)
+                    except Exception:  # e.g. no memory for a process: try again, as a death
+                        logger.exception("worker %d could not be started again", index)
+                        self._started[index] = time.monotonic()
 
     def _restart(self, index: int, code: int | None) -> None:
         if code == 0:  # a requested stop (a Ctrl-C reaches the whole process group)

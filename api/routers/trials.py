@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query
-from fastapi.responses import FileResponse, Response
-from starlette.background import BackgroundTask
+from fastapi.responses import Response, StreamingResponse
 
 from api.deps import (
     ArtifactStoreDep,
@@ -21,8 +17,12 @@ from api.deps import (
 )
 from api.schemas import ErrorOut, TrialDetail, TrialOut, TrialPage
 from automl.records import TrialStateName
-from automl.service.exports import export_model
+from automl.service.exports import open_export
 from automl.service.read import trial_detail
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import BinaryIO
 
 router = APIRouter(prefix="/studies/{name}/trials", tags=["trials"])
 _NOT_FOUND = {404: {"model": ErrorOut, "description": "No such study or trial."}}
@@ -31,6 +31,12 @@ StateFilter = Annotated[
     TrialStateName | None,
     Query(description="Only trials in this state."),
 ]
+
+
+class OnnxStream(StreamingResponse):
+    """A streamed ONNX file."""
+
+    media_type = "application/octet-stream"
 
 
 @router.get("", responses=_NOT_FOUND)
@@ -62,19 +68,16 @@ def read_trial(name: StudyName, number: TrialNumber, storage: StorageDep) -> Tri
 )
 def download_model(
     name: StudyName, number: TrialNumber, storage: StorageDep, artifacts: ArtifactStoreDep
-) -> FileResponse:
+) -> OnnxStream:
     """The trial's ONNX model (dynamic batch axis), as ``automl study export`` writes it: its
-    metadata says how to feed it (``automl.input``, ``automl.preprocessing``, ...)."""
-    folder = Path(tempfile.mkdtemp(prefix="automl-model-"))
+    metadata says how to feed it (``automl.input``, ``automl.preprocessing``, ...). Streamed."""
+    reader = open_export(name, storage, artifacts, number)
     filename = f"{name}-trial-{number}.onnx"
-    try:
-        export_model(name, storage, artifacts, number, folder / filename)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return FileResponse(
-        folder / filename,
-        media_type="application/octet-stream",
-        filename=filename,
-        background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
-    )
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    return OnnxStream(_chunks(reader), headers=headers)
+
+
+def _chunks(reader: BinaryIO, size: int = 1 << 16) -> Iterator[bytes]:
+    with reader:
+        while chunk := reader.read(size):
+            yield chunk

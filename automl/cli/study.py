@@ -259,14 +259,18 @@ def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: di
 @study_app.command("stop")
 def stop(name: str, storage: StorageOpt = None) -> None:
     """Ask every worker of the study to stop after its running trial."""
+    from automl.fleet.local import resume_command
     from automl.service.studies import request_stop
+    from automl.targets import is_present, load_target
 
     try:
-        request_stop(name, open_cli_storage(storage, create=False))
+        spec = request_stop(name, open_cli_storage(storage, create=False))
     except AutomlError as e:
         raise fail(e) from None
+    here = is_present(load_target(spec.target))
     console.print(
         f"Stop requested for {name}: its workers finish their running trial and start no other "
-        "of its trials (workers started with --wait stay up for other studies). Resume it with "
-        f"`automl study start --name {name}`."
+        "of its trials (workers started with --wait stay up for other studies). Resume it with: "
+        f"{resume_command(name, storage, detach=not here)}",
+        highlight=False,
     )

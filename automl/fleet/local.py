@@ -92,7 +92,7 @@ def run_here(
     pin_this_process(environments[0])  # no trial has run here yet, so CUDA has not read it
     code = 0
     for index, spec in enumerate(specs):
-        resume = [_resume_command(s.name, storage_url, jobs) for s in specs[index:]]
+        resume = [resume_command(s.name, storage_url, jobs) for s in specs[index:]]
         try:
             ended = run_local(
                 spec.name, storage, storage_url=storage_url, environments=environments,
@@ -126,13 +126,16 @@ def run_here(
     return code
 
 
-def _resume_command(name: str, storage_url: str | None, jobs: int) -> str:
-    """The command that resumes study ``name``; a storage password is shown as ***."""
+def resume_command(
+    name: str, storage_url: str | None, jobs: int = 1, *, detach: bool = False
+) -> str:
+    """The command that resumes study ``name`` (``detach``: for workers elsewhere); a storage
+    password is shown as ***."""
     command = f"automl study start --name {shlex.quote(name)}"
     if storage_url is not None:
         shown = make_url(storage_url).render_as_string(hide_password=True)
         command += f" --storage {shlex.quote(shown)}"
-    return command + (f" --jobs {jobs}" if jobs > 1 else "")
+    return command + (f" --jobs {jobs}" if jobs > 1 else "") + (" --detach" if detach else "")
 
 
 def run_local(

@@ -50,10 +50,11 @@ class Status:
         if ended == [self.counts.get(s) for s in ("COMPLETE", "FAIL")]:
             self.counts = counts
             return []
+        # The counts are read before the list, so that a trial ending in between is listed at
+        # the next refresh; the front after it, so that it includes every trial listed.
         finished = self.study.get_trials(deepcopy=False, states=_ENDED)
-        # Read after the trials listed, so that the front and the counts include each of them.
         self._read_front()
-        self.counts, _ = state_counts(self.study._storage, self.study._study_id)
+        self.counts = counts
         new = [t for t in finished if t.number not in self.logged]
         self.logged |= {t.number for t in new}
         completions = sorted(

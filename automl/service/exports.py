@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.records import ARTIFACT_ID, RECORDED_METRICS
@@ -129,6 +130,27 @@ def export_model(
     sidecar["sha256"] = _sha256(out)
     out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2))
     return sidecar
+
+
+def open_export(
+    name: str, storage: BaseStorage, artifact_store: FileSystemArtifactStore, number: int
+) -> BinaryIO:
+    """Trial ``number``'s model as :func:`export_model` writes it, open for reading; the caller
+    closes it. A trial recorded before data descriptions were comes as stored: describing it
+    would load its dataset here, on a host (the REST service's) that may not have it.
+
+    Raises:
+        TrialNotFound: No such trial, or it has no model (it did not complete).
+        ModelMissing: The trial's model file is not in the artifact store.
+        optuna.artifacts.exceptions.ArtifactNotFound: The same, for a trial that comes as stored.
+    """
+    trial, _ = model_trial(name, storage, number)
+    if DESCRIPTION_ATTR not in trial.user_attrs:
+        return artifact_store.open_reader(trial.user_attrs[ARTIFACT_ID])
+    with tempfile.TemporaryDirectory(prefix="automl-model-") as folder:
+        path = Path(folder) / "model.onnx"
+        export_model(name, storage, artifact_store, number, path)
+        return path.open("rb")  # still readable once its folder is gone
 
 
 def _serving(trial: FrozenTrial) -> dict:

@@ -189,7 +189,15 @@ def _eta(trials: list[optuna.trial.FrozenTrial], spec: StudySpec, counts: dict) 
     return max(spec.n_trials - counts["COMPLETE"], 0) * per_complete / parallel
 
 
-def request_stop(name: str, storage: BaseStorage) -> None:
-    """Ask every worker of the study to stop after its running trial."""
-    study, _ = load(name, storage)
+def request_stop(name: str, storage: BaseStorage) -> StudySpec:
+    """Ask every worker of the study to stop after its running trial.
+
+    Returns:
+        The study's spec.
+
+    Raises:
+        StudyNotFound: No such study.
+    """
+    study, spec = load(name, storage)
     study.set_user_attr(STOP_ATTR, True)
+    return spec

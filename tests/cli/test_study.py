@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import time
@@ -122,10 +123,11 @@ def test_detach_creates_a_queued_study_for_remote_workers(cli):
     assert "automl worker --target a100" in out.stdout
     info = json.loads(cli("study", "show", "remote", "--json").stdout)
     assert info["state"] == "queued" and info["counts"]["COMPLETE"] == 0
-    stopped = cli("study", "stop", "remote").stdout
-    assert "Resume it with `automl study start --name remote`" in " ".join(stopped.split())
+    stopped = " ".join(cli("study", "stop", "remote").stdout.split())
     assert json.loads(cli("study", "show", "remote", "--json").stdout)["state"] == "stopped"
-    cli("study", "start", "--name", "remote", "--detach")  # as the message says: queued again
+    resume = stopped.split("Resume it with: ")[1]
+    assert resume == "automl study start --name remote --detach"  # no a100 here
+    cli(*shlex.split(resume)[1:])  # the command as printed queues it again
     assert json.loads(cli("study", "show", "remote", "--json").stdout)["state"] == "queued"
     trt = ("--space", "digits-trt", "--name", "remote-trt", "--detach")
     assert "automl worker --target a100" in cli("study", "start", "--target", "a100", *trt).stdout

@@ -36,3 +36,24 @@ def test_trials_that_ended_between_refreshes_each_get_the_count_as_they_ended(tm
     ]  # fmt: skip
     assert "trial 2 accuracy 0.900" in lines[2] and "best acc 0.900" in lines[2]
     assert status.refresh() == []  # each trial once
+
+
+def test_a_trial_that_ends_while_the_front_is_read_is_logged_at_the_next_refresh(
+    tmp_path, monkeypatch
+):
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path}/s.db", directions=["maximize", "minimize"]
+    )
+    status = Status(study, n_trials=3)
+    now = datetime.now()
+    study.add_trial(_complete(0, 0.8, now))
+    read_front = Status._read_front
+
+    def a_trial_ends_meanwhile(self: Status) -> None:
+        monkeypatch.setattr(Status, "_read_front", read_front)
+        study.add_trial(_complete(1, 0.9, now + timedelta(seconds=1)))
+        read_front(self)
+
+    monkeypatch.setattr(Status, "_read_front", a_trial_ends_meanwhile)
+    assert [line.split(": ")[1].split(" accuracy")[0] for line in status.refresh()] == ["trial 0"]
+    assert [line.split(": ")[1].split(" accuracy")[0] for line in status.refresh()] == ["trial 1"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -170,6 +171,17 @@ def test_a_mistyped_storage_is_refused_and_not_created(tmp_path: Path) -> None:
     from automl.report.dashboard import run_dashboard
 
     missing = tmp_path / "typo" / "automl.db"
-    with pytest.raises(StorageUnavailable, match="does not exist"):
-        run_dashboard(f"sqlite:///{missing}", tmp_path / "artifacts", port=0)
+    raised: list[Exception] = []
+
+    def run() -> None:  # a dashboard that opened the storage would serve forever
+        try:
+            run_dashboard(f"sqlite:///{missing}", tmp_path / "artifacts", port=0)
+        except Exception as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the dashboard served a storage that did not exist"
+    assert isinstance(raised[0], StorageUnavailable) and "does not exist" in str(raised[0])
     assert not missing.parent.exists()

@@ -40,3 +40,19 @@ def test_a_worker_that_keeps_crashing_at_start_is_left_dead_and_one_that_stopped
     assert len(restarts) == 2  # then the third quick death in a row leaves it dead
     assert any("not started again" in r.getMessage() for r in caplog.records)
     assert any(r.getMessage() == "worker 1 stopped" for r in caplog.records)  # exit 0: no restart
+
+
+def test_no_worker_is_started_again_once_the_server_is_shutting_down():
+    shutting_down = False
+    workers = LocalWorkers([(60,)], target=time.sleep, poll_s=0.05, halted=lambda: shutting_down)
+    workers.start()
+    try:
+        first = workers._processes[0]
+        _wait_for(lambda: first.pid is not None and first.is_alive())
+        shutting_down = True  # as a Ctrl-C to the whole group tells uvicorn and the workers
+        os.kill(first.pid, signal.SIGKILL)
+        first.join()
+        time.sleep(0.5)
+        assert workers._processes[0] is first
+    finally:
+        workers.stop()

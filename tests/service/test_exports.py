@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from sklearn.model_selection import train_test_split
 from automl.errors import SpecError
 from automl.inputs.data import DESCRIPTION_ATTR, Dataset, describe_dataset
 from automl.records import RECORDED_METRICS
-from automl.service.exports import METADATA_FIELDS, METADATA_PREFIX, export_model
+from automl.service.exports import METADATA_FIELDS, METADATA_PREFIX, export_model, open_export
 from automl.service.read import pareto_front
 from automl.trials.decide import pick_trial
 
@@ -172,26 +173,49 @@ def test_metadata_props_hold_the_deployment_fields_and_the_sidecar_the_hash(
         assert session.get_modelmeta().custom_metadata_map == props  # what a deployment reads
 
 
-def test_a_trial_without_a_data_description_is_described_from_its_dataset(
-    study_run: dict, exported: list, tmp_path: Path
-) -> None:
-    trial, _, recorded = exported[0]
+def _copy_without_description(
+    study_run: dict, trial: optuna.trial.FrozenTrial, tmp_path: Path
+) -> tuple[optuna.storages.BaseStorage, int]:
+    """A copy of the study with ``trial`` added again as an earlier automl recorded it, without
+    its data description: the copy's storage and the added trial's number."""
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'copy.db'}")
     optuna.copy_study(from_study_name=NAME, from_storage=study_run["storage"], to_storage=storage)
     copy = optuna.load_study(study_name=NAME, storage=storage)
     older = {k: v for k, v in trial.user_attrs.items() if k != DESCRIPTION_ATTR}
-    copy.add_trial(
-        optuna.trial.create_trial(
-            params=trial.params,
-            distributions=trial.distributions,
-            values=trial.values,
-            user_attrs=older,
-        )
-    )
-    number = copy.trials[-1].number
+    copy.add_trial(optuna.trial.create_trial(
+        params=trial.params, distributions=trial.distributions, values=trial.values,
+        user_attrs=older,
+    ))  # fmt: skip
+    return storage, copy.trials[-1].number
+
+
+def test_a_trial_without_a_data_description_is_described_from_its_dataset(
+    study_run: dict, exported: list, tmp_path: Path
+) -> None:
+    trial, _, recorded = exported[0]
+    storage, number = _copy_without_description(study_run, trial, tmp_path)
     sidecar = export_model(NAME, storage, study_run["store"], number, tmp_path / "m.onnx")
     deployment = ("class_names", "raw_input", "preprocessing", "input", "output", "measured_with")
     assert {k: sidecar[k] for k in deployment} == {k: recorded[k] for k in deployment}
+
+
+def test_open_export_reads_the_exported_file_and_leaves_no_folder_behind(
+    study_run: dict, exported: list, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    trial, path, _ = exported[0]
+    with open_export(NAME, study_run["storage"], study_run["store"], trial.number) as reader:
+        assert reader.read() == path.read_bytes()  # the export, metadata and all
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_open_export_gives_a_trial_without_a_data_description_as_stored(
+    study_run: dict, exported: list, tmp_path: Path
+) -> None:
+    storage, number = _copy_without_description(study_run, exported[0][0], tmp_path)
+    with open_export(NAME, storage, study_run["store"], number) as reader:
+        stored = onnx.load_from_string(reader.read())
+    assert not [p for p in stored.metadata_props if p.key.startswith(METADATA_PREFIX)]
 
 
 def test_choose_trial_picks_the_most_accurate_front_trial(study_run: dict) -> None:
