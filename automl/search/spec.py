@@ -6,7 +6,7 @@ import math
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -15,6 +15,11 @@ from automl.candidate import MAX_LOAD_REQUESTS
 from automl.errors import SpecError, validation_details
 from automl.plugins import PLUGIN
 from automl.records import BASELINE_METRICS, METRICS, SERVING_METRICS, TEST_METRIC
+
+if TYPE_CHECKING:
+    from pydantic import GetJsonSchemaHandler
+    from pydantic.json_schema import JsonSchemaValue
+    from pydantic_core import CoreSchema
 
 # Linear for the sampler: accuracy_drop may be negative, and accuracies are bounded.
 _LINEAR_METRICS = ("accuracy", "accuracy_drop")
@@ -48,6 +53,14 @@ class Objective(BaseModel):
     def _named(cls, data: object) -> object:
         """A bare metric name, ``accuracy``, is ``{metric: accuracy}``."""
         return {"metric": data} if isinstance(data, str) else data
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The object, or just its metric's name (what :meth:`_named` takes)."""
+        named = {"type": "string", "enum": list(METRICS), "description": "A metric's name."}
+        return {"anyOf": [handler(core_schema), named]}
 
     @field_validator("metric")
     @classmethod
