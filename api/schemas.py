@@ -226,7 +226,11 @@ class SearchSpaceOut(BaseModel):
 
 
 class HealthOut(BaseModel):
-    """Liveness and storage reachability."""
+    """Liveness, storage reachability, and the live local workers of ``automl serve``."""
 
     status: Literal["ok"]
     storage: Literal["ok"]
+    workers: int | None = Field(
+        default=None,
+        description="Live local worker processes (null where this server runs none).",
+    )

@@ -91,6 +91,7 @@ def serve(
         [(url, settings, worker_environment(i, gpus, accepts=accepts)) for i in range(workers)],
         halted=lambda: server.should_exit,  # a Ctrl-C reaches the workers too: none restarts
     )
+    app.state.local_workers = local  # for /healthz
     # uvicorn re-raises the signal that stopped it; SIGTERM must still reach `finally`, and a
     # requested stop exits 0, as `automl worker` does (systemd counts 143 as a failure).
     signal.signal(signal.SIGTERM, _stopped)
@@ -144,6 +145,17 @@ class LocalWorkers:
             self._start(index)
         if self._args:
             threading.Thread(target=self._watch, name="automl-workers", daemon=True).start()
+
+    @property
+    def expected(self) -> int:
+        """How many workers were started."""
+        return len(self._args)
+
+    def live(self) -> int:
+        """How many workers run or will be started again: all but those left dead or stopped."""
+        with self._lock:
+            gone = sum(p is None for p in self._processes)
+        return self.expected - gone
 
     def stop(self) -> None:
         """Stop every worker after its running trial, and wait for them."""

@@ -21,7 +21,7 @@ pytest_plugins = ["api_fixtures"]
 
 def test_healthz_needs_no_token_and_checks_storage(api_server):
     response = httpx.get(f"{api_server.url}/healthz")
-    assert response.json() == {"status": "ok", "storage": "ok"}
+    assert response.json() == {"status": "ok", "storage": "ok", "workers": None}
 
 
 def test_missing_token_is_401_and_wrong_token_is_403(api_server):

@@ -7,7 +7,13 @@ import signal
 import sys
 import time
 
+import httpx
+
+from api import create_app
 from api.serve import LocalWorkers
+from automl.storage.factory import open_storage
+
+pytest_plugins = ["api_fixtures"]
 
 
 def _wait_for(predicate, timeout_s: float = 30.0) -> None:
@@ -56,3 +62,26 @@ def test_no_worker_is_started_again_once_the_server_is_shutting_down():
         assert workers._processes[0] is first
     finally:
         workers.stop()
+
+
+def test_healthz_counts_the_live_workers_and_is_503_once_all_have_died(
+    api_settings, run_api, tmp_path
+):
+    url = f"sqlite:///{tmp_path}/s.db"
+    settings = api_settings(url)
+    app = create_app(settings, storage=open_storage(url, settings))
+    with run_api(app) as base:
+        app.state.local_workers = LocalWorkers([(60,)], target=time.sleep, poll_s=0.05)
+        app.state.local_workers.start()
+        try:
+            alive = httpx.get(f"{base}/healthz")
+        finally:
+            app.state.local_workers.stop()
+        crashing = LocalWorkers([(1,)], target=sys.exit, poll_s=0.05, crash_loop_restarts=0)
+        app.state.local_workers = crashing
+        crashing.start()
+        _wait_for(lambda: crashing.live() == 0)
+        dead = httpx.get(f"{base}/healthz")
+        crashing.stop()
+    assert (alive.status_code, alive.json()["workers"]) == (200, 1)
+    assert (dead.status_code, dead.json()["code"]) == (503, "no_live_worker")
