@@ -33,6 +33,18 @@ class NotExportable(DigitsCNN):
         return super().forward(x) * torch.tensor(scale)
 
 
+class SoftmaxCNN(DigitsCNN):
+    """The same model, giving probabilities instead of logits."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(super().forward(x), dim=1)
+
+
+def softmax_cnn() -> nn.Module:
+    """A model whose output is a softmax, which automl refuses: it takes logits."""
+    return SoftmaxCNN()
+
+
 def digits_cnn() -> nn.Module:
     """The model the tests train and save."""
     return DigitsCNN()

@@ -124,8 +124,14 @@ def _check_label_values(y: np.ndarray, key: str, source: str) -> None:
     """Integer labels in ``0..K-1`` with K within the settings."""
     from automl.settings import get_settings
 
-    if y.dtype == np.bool_ or not np.issubdtype(y.dtype, np.integer):
-        raise DataError(f"{key} of {source!r} has dtype {y.dtype}; labels must be integers 0..K-1")
+    if y.dtype == np.bool_:
+        raise DataError(f"{key} of {source!r} is bool; give class indices: y.astype(int)")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise DataError(
+            f"{key} of {source!r} has dtype {y.dtype}; labels must be integer class indices "
+            "0..K-1: automl searches classifiers, and a continuous target (regression) is not "
+            "supported"
+        )
     most = get_settings().data_max_classes
     if y.min() < 0 or y.max() >= most:
         raise DataError(

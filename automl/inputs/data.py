@@ -183,11 +183,19 @@ def _npz(path: Path, name: str) -> dict[str, np.ndarray]:
         with zipfile.ZipFile(resolved) as archive:
             check_headers(archive, name, DATASET_KEYS)  # before any array is decompressed
         with np.load(resolved, allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files if key in DATASET_KEYS}
+            arrays = {key: npz[key] for key in npz.files if key in DATASET_KEYS}
+            unread = sorted(key for key in npz.files if key not in DATASET_KEYS)
     except DataError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"dataset file {name!r} is not a readable .npz: {e}") from e
+    missing = [key for key in REQUIRED_KEYS if key not in arrays]
+    if missing and unread:  # e.g. X_train: the names are exact
+        raise DataError(
+            f"dataset {name!r} lacks arrays {missing} and has {unread}, which are not read: "
+            f"name its arrays {list(DATASET_KEYS)}, in lower case"
+        )
+    return arrays
 
 
 def _plugin(source: str) -> dict[str, np.ndarray]:
@@ -287,12 +295,18 @@ def _dataset(
     calib_rows = rng.permutation(len(out["x_train"]))[: min(calib_size, len(out["x_train"]))]
     labels = np.concatenate([out["y_train"], out["y_val"], out["y_test"]])
     num_classes = int(labels.max()) + 1
+    names = arrays.get("class_names")
+    if names is not None and np.ndim(names) == 1 and len(names) > num_classes:
+        # Classes above every label: another model (more logits), so other data to the cache.
+        num_classes = len(names)
+        tagged = f"{fields['fingerprint']}|classes={num_classes}"
+        fields["fingerprint"] = hashlib.sha256(tagged.encode()).hexdigest()[:16]
     return Dataset(
         name=source,
         x_calib=out["x_train"][calib_rows],
         num_classes=num_classes,
         input_shape=tuple(int(d) for d in out["x_train"].shape[1:]),
-        class_names=_class_names(arrays.get("class_names"), num_classes, source),
+        class_names=_class_names(names, num_classes, source),
         raw_input={
             "dtype": raw_train.dtype.name,
             "min": raw_train.min().item(),

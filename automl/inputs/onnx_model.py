@@ -113,6 +113,27 @@ def _keep_output(model: onnx.ModelProto, output: str | int | None, path: Path) -
     kept = model.graph.output[index]
     del model.graph.output[:]
     model.graph.output.append(kept)
+    _drop_unused(model.graph)
+
+
+def _drop_unused(graph: onnx.GraphProto) -> None:
+    """Drop the nodes and initializers that no graph output needs, e.g. the softmax of an
+    output left out: a cast to fp16 would still type them, and fail on the output they lost."""
+    needed = {o.name for o in graph.output}
+    kept = []
+    for node in reversed(graph.node):
+        if not needed.intersection(node.output):
+            continue
+        kept.append(node)
+        needed.update(node.input)
+        for attribute in node.attribute:  # If, Loop, Scan: what their bodies read
+            for body in (attribute.g, *attribute.graphs):
+                needed.update(name for inner in body.node for name in inner.input)
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
+    initializers = [i for i in graph.initializer if i.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
 
 
 def _dynamic_batch(model: onnx.ModelProto) -> None:

@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import inspect
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,9 +142,13 @@ def _read_state_dict(path: Path, digest: str) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(io.BytesIO(content), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds for a file that is not its format
+        said = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()[0][:160]
         raise SpecError(
-            f"weights file {str(path)!r} is not a state dict saved with torch.save "
-            f"(loaded with weights_only=True): {type(e).__name__}: {str(e)[:200]}"
+            f"weights file {str(path)!r} is not a state dict saved with torch.save(model."
+            "state_dict(), path): weights load with weights_only=True, so a whole pickled model "
+            "(torch.save(model)) is refused, and so is another format (e.g. a Hugging Face "
+            ".safetensors file: load the model, then save its state_dict). Torch said: "
+            f"{type(e).__name__}: {said}"
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise SpecError(
@@ -181,7 +186,8 @@ def save_module(model: nn.Module, folder: Path) -> dict[str, str]:
         The spec's ``model``: ``factory`` and ``weights``.
 
     Raises:
-        SpecError: The class cannot be imported by name, or needs constructor arguments.
+        SpecError: The class cannot be imported by name, or needs constructor arguments, or
+            builds another model without them (``nn.Sequential``).
     """
     cls = type(model)
     factory = f"{cls.__module__}:{cls.__qualname__}"
@@ -192,13 +198,19 @@ def save_module(model: nn.Module, folder: Path) -> dict[str, str]:
     if "<locals>" in cls.__qualname__ or "." in cls.__qualname__:
         raise SpecError(f"model class {factory!r} cannot be imported by name{instead}")
     try:
-        cls()
+        rebuilt = cls()
     except TypeError as e:
         raise SpecError(
             f"model class {factory!r} needs constructor arguments ({e}){instead}"
         ) from None
-    folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    shapes = {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()}
+    if shapes != {k: tuple(v.shape) for k, v in state.items()}:  # e.g. nn.Sequential(...)
+        raise SpecError(
+            f"model class {factory!r} built with no arguments is another model than this one "
+            f"(its layers come from the arguments it was built with){instead}"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     for key, tensor in state.items():
         digest.update(key.encode())

@@ -28,7 +28,9 @@ def compare_fronts(first: str, second: str, storage: BaseStorage) -> dict:
     Returns:
         ``{"studies": {name: target}, "candidates": [...], "knobs": {name: {knob: counts}}}``.
     """
-    fronts = {name: pareto_front(name, storage) for name in (first, second)}
+    fronts = {  # a trained model's baseline is shown beside its front, not on it
+        name: [t for t in pareto_front(name, storage) if t["on_front"]] for name in (first, second)
+    }
     targets = {name: load(name, storage)[1].target for name in (first, second)}
     evaluated = {name: _trials_by_params(name, storage) for name in (first, second)}
     rows: dict[str, dict] = {}

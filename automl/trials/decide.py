@@ -111,7 +111,7 @@ def pick_among(front: list[dict], metric: str, decisions: Mapping[int, BudgetDec
 
     Args:
         front: Trial records (see :func:`automl.service.read.trial_record`); ties on ``metric`` go to
-            the earlier record.
+            a record on the front, then to the earlier one.
         metric: The metric to optimise, in its natural direction.
         decisions: Each front trial's decision of the budget, by trial number.
 
@@ -144,8 +144,11 @@ def _parse_budget(budget: str | None) -> Constraint | None:
 
 
 def _ranked(front: list[dict], metric: str) -> list[dict]:
+    """Best on ``metric`` first; of equals, the front's own trials before a baseline shown
+    beside it (dominated: a trial of the front is as good and better elsewhere), then by
+    number."""
     sign = 1 if METRICS[metric] == "maximize" else -1
-    return sorted(front, key=lambda t: -sign * t["metrics"][metric])
+    return sorted(front, key=lambda t: (-sign * t["metrics"][metric], not t.get("on_front", True)))
 
 
 def _best_on_records(front: list[dict], metric: str, limit: Constraint | None, name: str) -> int:

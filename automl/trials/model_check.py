@@ -128,6 +128,8 @@ def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> OnnxModel
                 f"the data has {data.num_classes} classes, so it must give "
                 f"({data.num_classes},) logits"
             )
+        fix = "name that output with --model-output (model.output), or export without it"
+        refuse_probabilities(together, f"ONNX model {name!r}", fix)
         if not compare_logits(together, alone).holds:
             raise InputRefused(
                 f"ONNX model {name!r} gives other logits for a sample in a batch than alone: "
@@ -174,6 +176,20 @@ def _check_outputs(model: nn.Module, inputs: torch.Tensor, data: Dataset, name: 
         raise SpecError(
             f"model {name!r} gives outputs of shape {tuple(out.shape)[1:]} per sample; the data "
             f"has {data.num_classes} classes, so it must give ({data.num_classes},) logits"
+        )
+    refuse_probabilities(out.float().numpy(), f"model {name!r}", "return them from forward")
+
+
+def refuse_probabilities(out: np.ndarray, model: str, fix: str) -> None:
+    """Refuse outputs that are probabilities (a softmax): rows in [0, 1] that sum to 1.
+
+    The export says its output is logits, and deployments apply their own softmax.
+    """
+    rows = out.reshape(len(out), -1).astype(np.float64)
+    if ((rows >= 0) & (rows <= 1)).all() and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3):
+        raise SpecError(
+            f"{model} outputs probabilities (each row is in [0, 1] and sums to 1: a softmax); "
+            f"automl takes the logits before the softmax: {fix}"
         )
 
 

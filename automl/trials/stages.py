@@ -83,9 +83,12 @@ class CachedStages:
             kd_temperature=c.kd_temperature,
         )
         if self.trained is not None:
-            # The output layer decides what pruning keeps: another is another pruned model.
+            # The output layer decides what pruning keeps: another is another pruned model. The
+            # data decides the fine-tune, the calibration and the evidence after it.
             layer = getattr(self.trained, "output_layer", None)
-            self.train_key = content_key("trained", self.trained.fingerprint(), layer)
+            self.train_key = content_key(
+                "trained", self.trained.fingerprint(), layer, self.data.fingerprint
+            )
         else:
             self.train_key = content_key(
                 "train", c.arch, c.train, self.data.fingerprint, self.seed, self.device

@@ -96,7 +96,12 @@ def test_plugin_dataset(tmp_path, monkeypatch):
         (lambda a: a.update(x_test=np.zeros((20, 6), np.float32)), "sample shape \\(6,\\)"),
         (lambda a: a.update(y_test=a["y_test"] - 5), r"y_test .* holds labels -5..-3"),
         (lambda a: a.update(y_train=a["y_train"] * 10**9), r"labels 0..2000000000.*at most"),
-        (lambda a: a.update(y_train=a["y_train"] * 0.5), "y_train .*dtype float64.*integers"),
+        (lambda a: a.update(y_train=a["y_train"] * 0.5), "y_train .*float64.*not supported"),
+        (lambda a: a.update(y_train=a["y_train"] > 0), r"y_train .* is bool.*y\.astype\(int\)"),
+        (
+            lambda a: a.update(X_train=a.pop("x_train")),
+            r"lacks arrays \['x_train'\] and has \['X_train'\], which are not read",
+        ),
         (lambda a: a.update(y_train=np.zeros_like(a["y_train"])), r"holds one class \(\[0\]\)"),
         (lambda a: a.update(y_test=a["y_test"] + 1), r"y_test .* holds classes \[3\] that y_train"),
         (
@@ -122,6 +127,15 @@ def test_bad_npz_names_the_problem(tmp_path, mutate, message):
     np.savez(path, **arrays)
     with pytest.raises(DataError, match=message):
         load_dataset(str(path))
+
+
+def test_class_names_may_name_classes_above_every_label(tmp_path):
+    arrays = _arrays()  # labels 0..2
+    np.savez(tmp_path / "d.npz", **arrays, class_names=np.array(["a", "b", "c", "never seen"]))
+    data = load_dataset(str(tmp_path / "d.npz"))
+    assert data.num_classes == 4 and data.class_names[-1] == "never seen"
+    np.savez(tmp_path / "e.npz", **arrays, class_names=np.array(["a", "b", "c"]))
+    assert load_dataset(str(tmp_path / "e.npz")).fingerprint != data.fingerprint  # other logits
 
 
 def test_bad_sources(tmp_path):

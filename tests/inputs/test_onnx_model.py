@@ -57,6 +57,48 @@ def test_a_graph_with_several_outputs_keeps_the_one_named(tmp_path):
         assert kept == ["logits"]
 
 
+class LogitsAndProbabilities(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+        self.side = nn.Linear(64, 3)  # feeds the left-out output only
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.fc(x.flatten(1))
+        shift = self.side(x.flatten(1)).sum(dim=1, keepdim=True)  # a softmax ignores it
+        return torch.softmax(logits + shift, dim=1), logits
+
+
+def test_the_nodes_of_a_left_out_output_are_dropped_so_fp16_converts(tmp_path):
+    from onnxconverter_common import float16
+
+    _export(LogitsAndProbabilities(), tmp_path / "m.onnx", outputs=("probs", "logits"))
+    summary = open_onnx(tmp_path / "m.onnx", "logits").prepare(tmp_path / "ready.onnx")
+    ready = onnx.load(str(tmp_path / "ready.onnx"))
+    assert "Softmax" not in {n.op_type for n in ready.graph.node}
+    assert summary["params_after"] == 64 * 10 + 10  # the side head's weights are gone
+    half = float16.convert_float_to_float16(ready, keep_io_types=True)
+    ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_a_graph_that_outputs_probabilities_is_refused_naming_the_fix(tmp_path, digits):
+    from automl.errors import InputRefused
+    from automl.search.spec import parse_spec
+    from automl.trials.model_check import check_trained_model
+
+    _export(LogitsAndProbabilities(), tmp_path / "m.onnx", outputs=("probs", "logits"))
+    for output, refused in (("probs", True), ("logits", False)):
+        spec = parse_spec({"model": {"weights": str(tmp_path / "m.onnx"), "output": output}})
+        if refused:
+            with pytest.raises(InputRefused, match=r"outputs probabilities .*--model-output"):
+                check_trained_model(spec, digits)
+        else:  # an untrained model, which may be refused at chance, but not for its output
+            try:
+                check_trained_model(spec, digits)
+            except InputRefused as e:
+                assert "probabilities" not in str(e)
+
+
 def test_count_macs_reads_matmuls_of_any_rank():
     from onnx import TensorProto, helper
 

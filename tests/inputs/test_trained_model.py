@@ -48,8 +48,9 @@ def test_a_pickled_module_is_refused_by_weights_only(tmp_path):
 
     path = tmp_path / "w.pt"
     torch.save(digits_cnn(), path)  # the whole module: unpickling it would run code
-    with pytest.raises(SpecError, match="weights_only=True"):
+    with pytest.raises(SpecError, match=r"a whole pickled model \(torch.save\(model\)\)") as e:
         open_trained("trained_factories:digits_cnn", path).build()
+    assert "\x1b[" not in str(e.value) and "\n" not in str(e.value)  # torch's text, one line
 
 
 def test_weights_of_other_shapes_are_refused_naming_them(weights):
@@ -92,6 +93,10 @@ def test_an_in_memory_model_whose_class_needs_arguments_is_refused(tmp_path):
         save_module(Local(3), tmp_path)
     with pytest.raises(SpecError, match="needs constructor arguments"):
         save_module(torch.nn.Linear(3, 2), tmp_path)
+    sequential = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    with pytest.raises(SpecError, match="built with no arguments is another model"):
+        save_module(sequential, tmp_path)  # Sequential() builds, empty
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_weights_changed_after_they_were_opened_are_refused(weights):

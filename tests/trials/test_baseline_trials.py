@@ -88,6 +88,11 @@ def test_a_study_of_a_trained_model_measures_its_baseline_and_beats_it(tmp_path,
     marked = [r for r in front if r["baseline"]]
     assert [r["number"] for r in marked] == [0]
     assert {r["number"] for r in front if r["on_front"]} == {t.number for t in study.best_trials}
+    from automl.service.compare import compare_fronts
+
+    compared = compare_fronts("trained", "trained", study._storage)["candidates"]
+    on_it = {tuple(sorted(t.params.items())) for t in study.best_trials}
+    assert len(compared) == len(on_it)  # the baseline beside the front is not on it
     page = result.report(tmp_path / "report.html").read_text()
     assert "baseline (the unmodified model)" in page and "<b>baseline</b>" in page
 
@@ -98,6 +103,7 @@ def test_a_study_of_a_trained_model_measures_its_baseline_and_beats_it(tmp_path,
         ({"factory": FACTORY, "weights": "missing.pt"}, "does not exist"),
         ({"factory": "trained_factories:narrower_cnn"}, "do not fit the model"),
         ({"factory": "trained_factories:not_exportable"}, "cannot be exported to ONNX"),
+        ({"factory": "trained_factories:softmax_cnn"}, "outputs probabilities .*a softmax"),
     ],
 )
 def test_a_bad_trained_model_is_refused_before_any_study(tmp_path, weights, model, message):

@@ -85,6 +85,24 @@ def test_weights_trained_on_another_device_are_other_entries(digits, tmp_path, r
     assert cpu.quant_key != cuda.quant_key  # and so every stage after training
 
 
+def test_a_trained_model_on_other_data_is_another_entry_of_every_stage(
+    digits, digits_cnn_weights, tmp_path
+):
+    from automl.inputs.data import load_dataset
+    from automl.inputs.trained_model import open_trained
+
+    trained = open_trained("trained_factories:digits_cnn", digits_cnn_weights)
+    other = load_dataset("digits", seed=1)  # other splits: another fine-tune and calibration
+    candidate = Candidate(ArchConfig("cnn", 16, 2), pruning_ratio=0.3, method="int8-static")
+
+    def stages(data) -> CachedStages:
+        return CachedStages(candidate, data, tmp_path, 0, 1, "cpu", cache=None, trained=trained)
+
+    assert digits.fingerprint != other.fingerprint
+    assert stages(digits).train_key == stages(digits).train_key != stages(other).train_key
+    assert stages(digits).quant_key != stages(other).quant_key
+
+
 def test_a_pruned_trial_keeps_the_targets_channel_multiple(digits, tmp_path):
     target = load_target("cpu")
     candidate = Candidate(ArchConfig("cnn", 40, 2), pruning_ratio=0.3, batch_size=8,
