@@ -109,6 +109,12 @@ def op_times(nodes: Iterable[NodeTime]) -> dict[str, float]:
     return dict(total.most_common())
 
 
+def quantizes_nothing(graph: SourceGraph) -> bool:
+    """Whether a graph has no QuantizeLinear: a per-layer method that kept every layer in fp32
+    (``keep_fp32`` at or above its model's layer count) made the fp32 graph."""
+    return not any(node.op_type == "QuantizeLinear" for node in graph.nodes.values())
+
+
 class SourceGraph:
     """The layers of an fp32 ONNX graph, and which of them each profiled node belongs to."""
 

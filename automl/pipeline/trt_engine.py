@@ -25,7 +25,7 @@ import numpy as np
 
 from automl.catalog import get_method
 from automl.errors import TrialFailed
-from automl.pipeline.profile import EngineLayer, SourceGraph, engine_layer_of
+from automl.pipeline.profile import EngineLayer, SourceGraph, engine_layer_of, quantizes_nothing
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -171,15 +171,10 @@ def check_engine_precision(
     graph = SourceGraph(onnx_path)
     precision = EnginePrecision.of(graph, computing)
     refusal = precision_refusal(method, precision.counts)
-    if refusal and not (get_method(method).per_layer and _keeps_every_layer(graph)):
+    # A per-layer method that kept every layer has no precision of its own to show.
+    if refusal and not (get_method(method).per_layer and quantizes_nothing(graph)):
         raise TrialFailed(refusal)
     return precision
-
-
-def _keeps_every_layer(graph: SourceGraph) -> bool:
-    """Whether a per-layer method's graph kept all its layers: it has no QuantizeLinear, so
-    its engine has no precision of the method's to show."""
-    return not any(node.op_type == "QuantizeLinear" for node in graph.nodes.values())
 
 
 def build_and_inspect(

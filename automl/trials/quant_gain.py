@@ -15,7 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from automl.pipeline.latency import measure_latency, per_sample_in_turn
-from automl.pipeline.profile import SourceGraph, explain_no_gain, op_times, profile_graph
+from automl.pipeline.profile import (
+    SourceGraph,
+    explain_no_gain,
+    op_times,
+    profile_graph,
+    quantizes_nothing,
+)
 from automl.records import QUANTIZATION_GAIN
 from automl.targets.gpus import measurement_lock
 from automl.trials.stages import timed
@@ -29,6 +35,13 @@ if TYPE_CHECKING:
     from automl.pipeline.quantize import QuantizedModel
     from automl.targets import Target
     from automl.trials.stages import CachedStages
+
+
+# The note of a per-layer method's trial that quantized no layer.
+ALL_KEPT = (
+    "no layer was quantized: keep_fp32 kept every layer of this model in fp32, so this is its "
+    "fp32 graph (a smaller keep_fp32 quantizes some)"
+)
 
 
 def measure_gain(
@@ -63,7 +76,9 @@ def measure_gain(
         }
     gain = fp32_ms / own_ms
     note = None
-    if gain <= 1:
+    if stages.method.per_layer and quantizes_nothing(SourceGraph(quantized.path)):
+        note = ALL_KEPT
+    elif gain <= 1:
         graph = SourceGraph(exported.path)
         note = explain_no_gain(graph, profiles["quantized"], profiles["fp32"], gain)
     return {

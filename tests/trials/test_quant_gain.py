@@ -66,6 +66,15 @@ def test_the_mixed_method_keeps_its_evidence_order_and_measures_evidence_once(
     assert again.reused["quantize"] and again.history["layers"] == two.history["layers"]
 
 
+def test_a_mixed_trial_that_kept_every_layer_says_it_quantized_none(digits, tmp_path) -> None:
+    from automl.trials.quant_gain import ALL_KEPT
+
+    trial = run_trial(_candidate(method="int8-mixed", keep_fp32=6), load_target("cpu"), digits,
+                      tmp_path / "t")  # fmt: skip
+    assert len(trial.history["layers"]["kept_fp32"]) == 3  # all the CNN's layers
+    assert trial.quantization["note"] == ALL_KEPT
+
+
 def test_keeping_layers_needs_a_per_layer_method() -> None:
     with pytest.raises(
         SpecError, match=r"only a per-layer method.*'int8-static'.*\(int8-mixed, int8-trt-mixed\)"
