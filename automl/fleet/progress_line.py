@@ -69,8 +69,7 @@ class Status:
         if trial.state.name == "FAIL":
             what = f"failed: {trial.user_attrs.get('fail_reason', 'no reason recorded')}"
         else:
-            a = trial.user_attrs
-            what = f"accuracy {a['accuracy']:.3f}, {a['latency_per_sample_ms']:.4g} ms/sample"
+            what = f"accuracy {trial.user_attrs['accuracy']:.3f}, {_speed(trial.user_attrs)}"
         return f"{self.study.study_name}: trial {trial.number} {what}  ({done}, {self.text()})"
 
     def text(self) -> str:
@@ -85,8 +84,7 @@ class Status:
         self.front = f"front {len(front)}"
         if best is not None:
             self.front += (
-                f"  best acc {best.user_attrs['accuracy']:.3f}"
-                f" @ {best.user_attrs['latency_per_sample_ms']:.4f} ms/sample"
+                f"  best acc {best.user_attrs['accuracy']:.3f} @ {_speed(best.user_attrs, '.4f')}"
             )
 
     def _eta(self) -> str:
@@ -94,6 +92,14 @@ class Status:
             return "-"
         left = max(self.n_trials - self.counts["COMPLETE"], 0) * self.per_complete_s
         return str(timedelta(seconds=round(left / max(self.counts["RUNNING"], 1))))
+
+
+def _speed(attrs: dict, latency_format: str = ".4g") -> str:
+    """A trial's speed as its study searches it: the max rate under load of a serving study,
+    else the latency per sample."""
+    if "max_rate_rps" in attrs:
+        return f"{attrs['max_rate_rps']:,.0f} req/s"
+    return f"{attrs['latency_per_sample_ms']:{latency_format}} ms/sample"
 
 
 @contextlib.contextmanager

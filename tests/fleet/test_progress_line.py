@@ -57,3 +57,15 @@ def test_a_trial_that_ends_while_the_front_is_read_is_logged_at_the_next_refresh
     monkeypatch.setattr(Status, "_read_front", a_trial_ends_meanwhile)
     assert [line.split(": ")[1].split(" accuracy")[0] for line in status.refresh()] == ["trial 0"]
     assert [line.split(": ")[1].split(" accuracy")[0] for line in status.refresh()] == ["trial 1"]
+
+
+def test_a_serving_study_s_lines_give_the_max_rate(tmp_path):
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path}/s.db", directions=["maximize", "maximize"]
+    )
+    status = Status(study, n_trials=2)
+    served = _complete(0, 0.97, datetime.now())
+    served.user_attrs["max_rate_rps"] = 38028.4
+    study.add_trial(served)
+    (line,) = status.refresh()
+    assert "accuracy 0.970, 38,028 req/s" in line and "best acc 0.970 @ 38,028 req/s" in line
