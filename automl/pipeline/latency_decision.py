@@ -158,6 +158,8 @@ def decide_budget(
     if verdict != "within-noise":
         side = op if verdict == "meets" else {"<=": ">", ">=": "<"}[op]
         reason = f"{shown}, wholly {side} {bound:g}"
+        if low is None or high is None:  # the end that decides it is known; "?" is the other
+            reason += f" (? : too few runs, {interval.runs}, to bound its other end)"
     elif low is None or high is None:
         reason = (
             f"{shown}: too few runs, the 95% interval of a p{quantile * 100:g} needs at least "
