@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from automl.progress import BarKind
-    from automl.search.spec import Constraint, Objective, StudySpec
+    from automl.search.objectives import Constraint, Objective
+    from automl.search.spec import StudySpec
     from automl.settings import Settings
     from automl.study_result import StudyResult
 

@@ -43,7 +43,7 @@ LATENCY_METRICS = tuple(_METRIC)
 
 
 class Budget(Protocol):
-    """A bound on a latency metric, such as :class:`automl.search.spec.Constraint`."""
+    """A bound on a latency metric, such as :class:`automl.search.objectives.Constraint`."""
 
     @property
     def metric(self) -> str: ...

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
     from optuna.trial import FrozenTrial, TrialState
 
-    from automl.search.spec import Objective
+    from automl.search.objectives import Objective
 
 SAMPLERS = ("default", "tpe", "nsga2", "random", "gp")
 
@@ -47,7 +47,7 @@ class ScaledValuesSampler(optuna.samplers.BaseSampler):
     Optuna stores the raw metrics (milliseconds, not log10 of them), so that every view of the
     study, the dashboard and plain ``optuna.load_study`` included, shows what was measured. The
     wrapped sampler reads the trials through a view whose values are scaled per objective (see
-    :meth:`automl.search.spec.Objective.scaled`), e.g. log10 of a latency spanning orders of
+    :meth:`automl.search.objectives.Objective.scaled`), e.g. log10 of a latency spanning orders of
     magnitude. Finished trials never change, so each is scaled once.
     """
 

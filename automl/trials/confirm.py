@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from automl.candidate import Candidate
     from automl.inputs.data import Dataset
-    from automl.search.spec import Constraint
+    from automl.search.objectives import Constraint
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from automl.errors import SpecError, validation_message
 from automl.pipeline.latency_decision import LATENCY_METRICS, BudgetDecision
 from automl.records import METRICS
-from automl.search.spec import Constraint
+from automl.search.objectives import Constraint
 from automl.service.read import empty_front_reason, pareto_front
 from automl.service.studies import TrialNotFound, load
 from automl.targets import is_present, load_target

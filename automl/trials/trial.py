@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from automl.inputs.trained_model import TrainedModel
     from automl.pipeline.quantize import QuantizedModel
     from automl.pipeline.trt_engine import EnginePrecision
-    from automl.search.spec import Constraint, Serving
+    from automl.search.objectives import Constraint
+    from automl.search.spec import Serving
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache
 

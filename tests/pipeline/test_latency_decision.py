@@ -12,7 +12,7 @@ from automl.pipeline.latency_decision import (
     quantile_interval,
     sample_until_decided,
 )
-from automl.search.spec import Constraint
+from automl.search.objectives import Constraint
 
 # Recorded-like run times: 1,000 runs spread evenly over [0.5, 0.9] ms, and the same shifted.
 FAST = np.linspace(0.5, 0.9, 1000)

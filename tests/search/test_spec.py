@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from automl.errors import SpecError
-from automl.search.spec import Constraint, load_spec, parse_spec
+from automl.search.objectives import Constraint
+from automl.search.spec import load_spec, parse_spec
 
 
 def test_defaults_are_accuracy_against_per_sample_latency_with_a_tail_budget():

@@ -8,7 +8,7 @@ import automl.trials.stages as stages_module
 from automl.candidate import ArchConfig, Candidate, TrainConfig
 from automl.errors import SpecError
 from automl.pipeline.layer_evidence import LayerEvidence, keep_order
-from automl.search.spec import Constraint
+from automl.search.objectives import Constraint
 from automl.targets import load_target
 from automl.trials.stage_cache import StageCache
 from automl.trials.trial import run_trial

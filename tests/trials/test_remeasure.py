@@ -7,7 +7,8 @@ import pytest
 
 from automl.fleet.study_loop import run_study_loop
 from automl.pipeline.latency_decision import fewest_runs
-from automl.search.spec import Constraint, parse_spec
+from automl.search.objectives import Constraint
+from automl.search.spec import parse_spec
 from automl.service.create import create_study
 from automl.service.read import pareto_front
 from automl.settings import Settings

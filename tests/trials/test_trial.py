@@ -9,7 +9,8 @@ from automl.candidate import ArchConfig, Candidate, TrainConfig
 from automl.errors import TargetUnavailable
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.latency import LatencyBudget
-from automl.search.spec import Constraint, parse_spec
+from automl.search.objectives import Constraint
+from automl.search.spec import parse_spec
 from automl.targets import load_target
 from automl.trials import trial as trial_module
 from automl.trials.stage_cache import StageCache
