@@ -10,14 +10,11 @@ from automl.records import constraint_attrs
 from automl.search.spec import parse_spec
 from automl.service.create import create_study
 from automl.service.read import empty_front_reason, pareto_front
-from automl.settings import Settings
-from automl.storage.factory import open_storage
 
 
 @pytest.fixture
-def storage(tmp_path):
-    settings = Settings(storage=f"sqlite:///{tmp_path}/s.db", artifacts_dir=tmp_path / "art")
-    return open_storage(settings.storage, settings)
+def storage(env):
+    return env[1]  # the SQLite study store of tests/conftest.py's env
 
 
 def test_an_empty_front_names_each_broken_constraint_with_the_closest_breaking_value(storage):
