@@ -97,10 +97,6 @@ def start(
     SIGTERM stops as the first Ctrl-C does, and exits 0.
     """
     signal.signal(signal.SIGINT, _interrupt)
-    if not verbose:  # Optuna's INFO lines repeat every parameter; the progress tells the story
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
     overrides = {
         "name": name, "search_space": space, "dataset": dataset, "n_trials": n_trials,
         "timeout_s": timeout, "sampler": sampler, "seed": seed, "standardize": standardize,
@@ -109,11 +105,15 @@ def start(
         "model": _trained(model, weights, output_layer, model_output),
     }  # fmt: skip
     try:
+        tracking = _tracking_uri(mlflow_uri)  # first: a dead server is refused before torch loads
+        if not verbose:  # Optuna's INFO lines repeat every parameter; the progress tells the story
+            import optuna
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
         store = open_cli_storage(storage) if _names_a_study(spec_file, target, overrides) else None
         specs = store and _stored_spec(store, overrides)
         specs = specs or _specs_per_target(spec_file, target, overrides)
         store = store or open_cli_storage(storage)
-        tracking = _tracking_uri(mlflow_uri)
         from automl.fleet.preflight import prepare_studies  # after the spec is found valid
 
         if not detach:  # torch and the study loop: only where trials run
@@ -147,19 +147,24 @@ def start(
 
 
 def _tracking_uri(mlflow_uri: str | None) -> str | None:
-    """The MLflow URI of ``--mlflow-uri`` or the settings.
+    """The MLflow URI of ``--mlflow-uri`` or the settings, its server probed (in about a
+    second, before torch, Optuna and MLflow are imported, which take many).
 
     A given URI goes into the environment, where the ``--jobs`` helper processes read their
     settings.
     """
     import os
 
+    from automl.fleet.tracking import check_reachable
     from automl.settings import get_settings
 
     if mlflow_uri is not None:
         os.environ["AUTOML_MLFLOW_URI"] = mlflow_uri
         get_settings.cache_clear()
-    return get_settings().mlflow_uri
+    uri = get_settings().mlflow_uri
+    if uri is not None:
+        check_reachable(uri)
+    return uri
 
 
 class _Interrupted(KeyboardInterrupt):

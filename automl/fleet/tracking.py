@@ -19,7 +19,6 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 from automl.errors import SpecError
-from automl.records import RECORDED_METRICS
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -56,8 +55,8 @@ def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
         if isinstance(getattr(e, "reason", e), ssl.SSLError):
             return  # a server answered; MLflow's own client judges its certificate
         raise SpecError(
-            f"no MLflow tracking server answers at {shown!r} within {timeout_s:g} s "
-            f"({getattr(e, 'reason', e)}); start it, or fix --mlflow-uri / AUTOML_MLFLOW_URI"
+            f"no MLflow tracking server answers at {shown!r} ({getattr(e, 'reason', e)}); "
+            "start it, or fix --mlflow-uri or AUTOML_MLFLOW_URI"
         ) from None
 
 
@@ -79,6 +78,7 @@ class MlflowTracker:
         Raises:
             SpecError: MLflow is not installed, or the tracking store cannot be opened.
         """
+        check_reachable(tracking_uri)  # first: importing MLflow takes seconds
         try:
             from mlflow import MlflowClient
             from mlflow.exceptions import MlflowException
@@ -89,7 +89,6 @@ class MlflowTracker:
             ) from None
         self._errors = (MlflowException, OSError)
         self._spec = spec
-        check_reachable(tracking_uri)
         try:
             self._client = MlflowClient(tracking_uri)
             self.experiment_id = self._experiment(spec.name)
@@ -161,6 +160,8 @@ def tracker(tracking_uri: str | None, spec: StudySpec) -> list[MlflowTracker]:
 
 def _metrics(trial: optuna.trial.FrozenTrial) -> list[tuple[str, float]]:
     """The recorded metrics a trial has (a failed trial may have none)."""
+    from automl.records import RECORDED_METRICS  # here: the CLI probes a server before Optuna
+
     found = []
     for name in RECORDED_METRICS:
         value = trial.user_attrs.get(name)
