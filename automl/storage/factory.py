@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sqlite3
 import time
 import warnings
 from datetime import datetime
@@ -17,6 +18,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     ArgumentError,
+    DatabaseError,
     IntegrityError,
     NoSuchModuleError,
     OperationalError,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 _CREATE_ATTEMPTS = 5
 # PostgreSQL's duplicate_table, duplicate_object and unique_violation: another process was first.
 _ALREADY_EXISTS = {"42P07", "42710", "23505"}
+_SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 
 class TrialCache(_CachedStorage):
@@ -130,26 +133,25 @@ def open_storage(url: str, settings: Settings, *, create: bool = True) -> Heartb
         settings: Pool, timeout and heartbeat settings. Trials send heartbeats; a trial whose
             worker died is failed after the grace period and re-queued with the same params
             up to ``max_retry`` times (the retry history is in its system attrs).
-        create: Create a SQLite file that does not exist. Read-only commands pass False, so
-            that a mistyped path is an error instead of a new empty storage.
+        create: Create a SQLite storage where there is none (no file, or an empty one).
+            Read-only commands pass False, so that a mistyped path is an error instead of a
+            new empty storage, and Optuna's tables are never written into a file they read.
 
     Raises:
-        SpecError: The URL is malformed, or its database driver is not installed.
-        StorageUnavailable: The database cannot be reached, its tables were set up by another
-            Optuna version, or (``create`` off) a SQLite file does not exist.
+        SpecError: The URL is malformed, its database driver is not installed, or its SQLite
+            file is some other kind of file.
+        StorageUnavailable: The database cannot be reached or read, its tables were set up by
+            another Optuna version, or (``create`` off) a SQLite file holds no storage.
     """
     try:
         parsed = make_url(url)
     except ArgumentError as e:
-        raise SpecError(f"invalid storage URL {url!r}: {e}") from e
+        hint = f"; a SQLite file is given as sqlite:///{url}" if "://" not in url else ""
+        raise SpecError(f"invalid storage URL {url!r}: {e}{hint}") from e
     shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            if not create and not Path(parsed.database).is_file():
-                raise StorageUnavailable(
-                    f"no storage at {shown}: the file {parsed.database!r} does not exist; check "
-                    "--storage (or AUTOML_STORAGE), or start a study there first"
-                )
+            _check_sqlite_file(Path(parsed.database), shown, create=create)
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs: dict = {"connect_args": {"timeout": settings.sqlite_timeout_s}}
     else:
@@ -181,9 +183,63 @@ def open_storage(url: str, settings: Settings, *, create: bool = True) -> Heartb
             f"no database driver for {parsed.drivername!r} is installed; use postgresql://… "
             "(psycopg 3 is installed) or sqlite:///path.db"
         ) from None
+    except DatabaseError as e:  # e.g. a damaged SQLite file
+        raise StorageUnavailable(
+            f"cannot read the storage {shown}: {' '.join(str(e.orig).split())}; restore it from "
+            "a backup, or give --storage (or AUTOML_STORAGE) another database"
+        ) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         _use_wal(storage.engine)
     return storage
+
+
+def _check_sqlite_file(path: Path, shown: str, *, create: bool) -> None:
+    """Refuse a SQLite path that holds no storage where one is read, or another kind of file.
+
+    SQLite takes an empty file for an empty database, and Optuna would write its tables into
+    it, or into another program's database: only a command that creates a storage may.
+    """
+    again = "check --storage (or AUTOML_STORAGE), or start a study there first"
+    if not path.is_file():
+        if not create:
+            raise StorageUnavailable(
+                f"no storage at {shown}: the file {str(path)!r} does not exist; {again}"
+            )
+        return
+    with path.open("rb") as file:
+        header = file.read(len(_SQLITE_HEADER))
+    if header and header != _SQLITE_HEADER:
+        raise SpecError(
+            f"{str(path)!r} is not a SQLite database: give --storage (or AUTOML_STORAGE) a "
+            "storage that automl made, or the path of a new file"
+        )
+    if create:
+        return
+    if not header:
+        raise StorageUnavailable(f"no storage at {shown}: the file is empty; {again}")
+    if not _has_optuna_tables(path):
+        raise StorageUnavailable(
+            f"no storage at {shown}: the file is a SQLite database without Optuna's tables; {again}"
+        )
+
+
+def _has_optuna_tables(path: Path) -> bool:
+    """Whether the SQLite file has Optuna's ``version_info`` table; opened read-only.
+
+    A file that cannot be read so (locked, damaged, or a WAL file in a read-only folder) counts
+    as having them: opening it as a storage then says what is wrong.
+    """
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            found = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'version_info'"
+            ).fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return True
+    return found is not None
 
 
 def _schema_mismatch(shown: str, optuna_says: str) -> str:

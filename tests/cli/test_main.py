@@ -82,3 +82,18 @@ def test_help_is_readable_at_80_columns(cli, command):
     cut = [line for line in said.splitlines() if line.endswith("...") and "Usage" not in line]
     assert "…" not in said and not cut and "\\[" not in said, said  # nothing cut, no markup
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
+
+
+def test_a_storage_that_is_no_database_is_one_line_and_left_as_it_was(cli):
+    (cli.root / "notes.txt").write_text("my notes\n")
+    (cli.root / "empty.db").touch()
+    for url, says in [
+        ("sqlite:///notes.txt", "error: 'notes.txt' is not a SQLite database: give --storage"),
+        ("notes.txt", "a SQLite file is given as sqlite:///notes.txt"),
+        ("sqlite:///empty.db", "error: no storage at sqlite:///empty.db: the file is empty"),
+    ]:
+        out = cli("study", "list", "--storage", url, check=False)
+        assert out.returncode == 2 and says in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert (cli.root / "notes.txt").read_text() == "my notes\n"
+    assert (cli.root / "empty.db").stat().st_size == 0

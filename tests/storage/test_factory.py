@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 
 import optuna
 import pytest
@@ -152,3 +153,48 @@ def test_tables_of_another_optuna_version_are_one_clear_error(tmp_path, revision
     _set_up_by(url, revision, "3.1.1")
     with pytest.raises(StorageUnavailable, match=says):
         open_storage(url, Settings())
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_file_that_is_no_sqlite_database_is_refused_and_left_as_it_was(tmp_path, create):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    with pytest.raises(SpecError, match=r"'.*notes\.txt' is not a SQLite database: give --storage"):
+        open_storage(f"sqlite:///{notes}", Settings(), create=create)
+    assert notes.read_text() == "my notes\n"
+
+
+def test_an_empty_file_is_no_storage_to_read_but_may_become_a_new_one(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with pytest.raises(StorageUnavailable, match=r"no storage at sqlite:///.*: the file is empty"):
+        open_storage(f"sqlite:///{empty}", Settings(), create=False)
+    assert empty.stat().st_size == 0  # no tables were written into it
+    open_storage(f"sqlite:///{empty}", Settings()).engine.dispose()  # a study may start there
+    open_storage(f"sqlite:///{empty}", Settings(), create=False).engine.dispose()
+
+
+def test_a_reader_writes_no_tables_into_another_programs_database(tmp_path):
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+    db.close()
+    with pytest.raises(StorageUnavailable, match="a SQLite database without Optuna's tables"):
+        open_storage(f"sqlite:///{other}", Settings(), create=False)
+    with sqlite3.connect(other) as db:
+        tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    db.close()
+    assert tables == [("notes",)]
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_damaged_sqlite_file_is_one_clear_error(tmp_path, create):
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 32)
+    with pytest.raises(StorageUnavailable, match=r"cannot read the storage .*restore it from"):
+        open_storage(f"sqlite:///{damaged}", Settings(), create=create)
+
+
+def test_a_bare_path_is_told_how_to_name_a_sqlite_file():
+    with pytest.raises(SpecError, match=r"a SQLite file is given as sqlite:///studies/a\.db"):
+        open_storage("studies/a.db", Settings())
