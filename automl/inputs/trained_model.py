@@ -7,6 +7,8 @@ import importlib
 import inspect
 import io
 import re
+import struct
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from automl.plugins import import_plugin
 
 # Mismatched parameters named in a refusal; the rest are counted.
 _SHOWN = 3
+# The first bytes of a zip archive (a local file header): torch.save's format since torch 1.6.
+_ZIP_MAGIC = b"PK\x03\x04"
 
 
 class FactoryUnavailable(SpecError):
@@ -92,15 +96,21 @@ def open_trained(
     returns, when it returns more than a tensor.
 
     Raises:
-        SpecError: The weights file is missing or unreadable.
+        SpecError: The weights file is missing, unreadable or empty.
     """
     path = Path(weights).expanduser()
     if not path.is_file():
         raise SpecError(f"weights file {str(weights)!r} does not exist")
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        content = path.read_bytes()
     except OSError as e:
         raise SpecError(f"weights file {str(weights)!r} cannot be read: {e}") from None
+    if not content:
+        raise SpecError(
+            f"weights file {str(weights)!r} is empty (0 bytes): save it with "
+            "torch.save(model.state_dict(), path)"
+        )
+    digest = hashlib.sha256(content).hexdigest()[:16]
     return TrainedModel(factory, path.resolve(), digest, output_layer, output)
 
 
@@ -139,16 +149,15 @@ def _read_state_dict(path: Path, digest: str) -> dict[str, torch.Tensor]:
             f"weights file {str(path)!r} has changed since it was checked (sha256 {digest}...): "
             "a trial never mixes two models; restore it, or start a new study"
         )
+    _check_archive(content, path)
     try:
         state = torch.load(io.BytesIO(content), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds for a file that is not its format
-        said = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()[0][:160]
         raise SpecError(
             f"weights file {str(path)!r} is not a state dict saved with torch.save(model."
             "state_dict(), path): weights load with weights_only=True, so a whole pickled model "
             "(torch.save(model)) is refused, and so is another format (e.g. a Hugging Face "
-            ".safetensors file: load the model, then save its state_dict). Torch said: "
-            f"{type(e).__name__}: {said}"
+            f".safetensors file: load the model, then save its state_dict). Torch said: {_said(e)}"
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise SpecError(
@@ -156,6 +165,56 @@ def _read_state_dict(path: Path, digest: str) -> dict[str, torch.Tensor]:
             f", path)), found {type(state).__name__}"
         )
     return state
+
+
+def _said(e: Exception) -> str:
+    """The first line of an error's message, without colour codes (torch's may be empty)."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:160]}" if lines else type(e).__name__
+
+
+def _check_archive(content: bytes, path: Path) -> None:
+    """Refuse a zip archive whose records would take more memory than the file's size.
+
+    torch.save stores its records uncompressed, but torch.load inflates a compressed one in
+    full before it checks its size: a file of a few MB could take gigabytes. A file that is
+    not a zip archive is torch's legacy format, whose storages are read from the file itself.
+
+    Raises:
+        SpecError: A record is compressed, or the sizes its headers give cannot be true.
+    """
+    if not content.startswith(_ZIP_MAGIC):  # how torch.load tells its zip format
+        return
+    refused = f"weights file {str(path)!r} is not an archive that torch.save writes: "
+    try:
+        records = zipfile.ZipFile(io.BytesIO(content)).infolist()
+    except Exception as e:  # zipfile raises many kinds for a crafted archive
+        raise SpecError(f"{refused}{_said(e)}") from None
+    for record in records:
+        local = _local_method(content, record)  # None: torch finds no record there either
+        if record.compress_type != zipfile.ZIP_STORED or local not in (None, zipfile.ZIP_STORED):
+            raise SpecError(
+                f"{refused}its record {record.filename!r} is compressed (torch.save stores "
+                "records as they are); save it again with torch.save(model.state_dict(), path)"
+            )
+        if record.compress_size != record.file_size:
+            raise SpecError(
+                f"{refused}the headers of its record {record.filename!r} disagree on its size "
+                f"({record.compress_size} and {record.file_size} bytes)"
+            )
+    if (total := sum(r.file_size for r in records)) > len(content):
+        raise SpecError(
+            f"{refused}its headers give its records {total} bytes, more than the whole file "
+            f"({len(content)} bytes)"
+        )
+
+
+def _local_method(content: bytes, record: zipfile.ZipInfo) -> int | None:
+    """The compression method that a record's local header gives (None: no header there)."""
+    header = content[record.header_offset : record.header_offset + 10]
+    if len(header) < 10 or not header.startswith(_ZIP_MAGIC):
+        return None
+    return struct.unpack("<H", header[8:10])[0]
 
 
 def _mismatch(model: nn.Module, state: dict[str, torch.Tensor]) -> str:

@@ -104,3 +104,76 @@ def test_weights_changed_after_they_were_opened_are_refused(weights):
     torch.save({k: v + 1 for k, v in torch.load(weights, weights_only=True).items()}, weights)
     with pytest.raises(SpecError, match="has changed since it was checked"):
         trained.build()
+
+
+def test_an_empty_weights_file_is_refused_when_opened(tmp_path):
+    (tmp_path / "empty.pt").touch()
+    with pytest.raises(SpecError, match=r"'.*empty.pt' is empty \(0 bytes\): save it with torch"):
+        open_trained("trained_factories:digits_cnn", tmp_path / "empty.pt")
+
+
+def test_an_error_of_torch_without_a_message_is_refused_naming_its_kind(tmp_path):
+    path = tmp_path / "w.pt"
+    path.write_bytes(b"\x80\x02")  # a pickle cut short: torch raises EOFError('')
+    with pytest.raises(SpecError, match=r"is not a state dict .* Torch said: EOFError$"):
+        open_trained("trained_factories:digits_cnn", path).build()
+
+
+def test_a_state_dict_in_torchs_legacy_format_loads(tmp_path):
+    from trained_factories import digits_cnn
+
+    model = digits_cnn()
+    torch.save(model.state_dict(), tmp_path / "w.pt", _use_new_zipfile_serialization=False)
+    rebuilt = open_trained("trained_factories:digits_cnn", tmp_path / "w.pt").build()
+    assert all(torch.equal(rebuilt.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ((48, 4800), r"the headers of its record 'archive/data/0' disagree on its size"),
+        ((1 << 31, 1 << 31), r"its headers give its records \d+ bytes, more than the whole file"),
+    ],
+)
+def test_an_archive_whose_sizes_lie_is_refused_before_torch_reads_it(tmp_path, sizes, message):
+    from crafted_weights import lying_sizes
+
+    lying_sizes(tmp_path / "w.pt", *sizes)
+    with pytest.raises(SpecError, match=r"is not an archive that torch.save writes: " + message):
+        open_trained("torch.nn:Identity", tmp_path / "w.pt").build()
+
+
+def test_a_compressed_record_is_refused_naming_it(tmp_path):
+    from crafted_weights import deflated_weights
+
+    deflated_weights(tmp_path / "w.pt", 1 << 20)
+    with pytest.raises(SpecError, match=r"its record 'archive/data/0' is compressed \(torch.save"):
+        open_trained("torch.nn:Identity", tmp_path / "w.pt").build()
+
+
+@pytest.mark.slow
+def test_crafted_weights_are_refused_within_twice_the_data_cap(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from crafted_weights import deflated_weights, lying_legacy
+
+    deflated_weights(tmp_path / "bomb.pt")  # 512 MiB of zeros, deflated
+    lying_legacy(tmp_path / "legacy.pt")  # claims 4 GiB
+    assert (tmp_path / "bomb.pt").stat().st_size < 4_000_000
+    monkeypatch.setenv("AUTOML_DATA_MAX_MB", "200")
+    # The peak is reset before each: a forked child starts with its parent's (pytest's).
+    code = (
+        "from automl.errors import SpecError\nfrom automl.inputs.trained_model import open_trained\n"
+        "for name in ('bomb.pt', 'legacy.pt'):\n    open('/proc/self/clear_refs', 'w').write('5')\n"
+        "    try:\n        open_trained('torch.nn:Identity', name).build()\n"
+        "    except SpecError as e:\n        print(e)\n    status = open('/proc/self/status').read()\n"
+        "    print(status.split('VmHWM:')[1].split()[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    bomb, bomb_kb, legacy, legacy_kb = done.stdout.strip().splitlines()
+    assert int(bomb_kb) < 400_000 and int(legacy_kb) < 400_000, done.stdout  # 2 x 200 MB
+    assert "its record 'archive/data/0' is compressed" in bomb, bomb
+    assert "Torch said: RuntimeError: unexpected EOF" in legacy, legacy  # read from the file
