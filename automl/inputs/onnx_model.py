@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import shape_inference
+from onnx.external_data_helper import load_external_data_for_model
 
 from automl.errors import SpecError
 
@@ -43,9 +44,10 @@ class OnnxModel:
             and after are the same: nothing is pruned) and no training history.
 
         Raises:
-            SpecError: The graph has other than one input, or its logits cannot be chosen.
+            SpecError: The file changed since it was opened, the graph has other than one
+                input, or its logits cannot be chosen.
         """
-        model = _load(self.path)
+        model = _load(self.path, self.digest)
         _keep_output(model, self.output, self.path)
         _dynamic_batch(model)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -68,10 +70,14 @@ def open_onnx(path: str | Path, output: str | int | None = None) -> OnnxModel:
     if not given.is_file():
         raise SpecError(f"ONNX model {str(path)!r} does not exist")
     try:
-        digest = hashlib.sha256(given.read_bytes()).hexdigest()[:16]
+        digest = _digest(given.read_bytes())
     except OSError as e:
         raise SpecError(f"ONNX model {str(path)!r} cannot be read: {e}") from None
     return OnnxModel(given.resolve(), digest, output)
+
+
+def _digest(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()[:16]
 
 
 # onnx 1.23 and newer save at IR version 14 unless told otherwise; ONNX Runtime 1.31 reads 13.
@@ -81,9 +87,20 @@ _IR_HINT = (
 )
 
 
-def _load(path: Path) -> onnx.ModelProto:
+def _load(path: Path, digest: str) -> onnx.ModelProto:
+    """The graph in ``path``, whose content must still have ``digest``, checked by onnx."""
     try:
-        model = onnx.load(str(path))
+        content = path.read_bytes()
+    except OSError as e:
+        raise SpecError(f"ONNX model {path.name!r} cannot be read: {e}") from None
+    if _digest(content) != digest:  # the bytes parsed below are the bytes checked here
+        raise SpecError(
+            f"ONNX model {path.name!r} has changed since it was checked (sha256 {digest}...): "
+            "a trial never mixes two models; restore it, or start a new study"
+        )
+    try:
+        model = onnx.load_model_from_string(content)
+        load_external_data_for_model(model, str(path.parent))  # as onnx.load(path) does
         onnx.checker.check_model(model)
     except (OSError, ValueError, DecodeError, onnx.checker.ValidationError) as e:
         hint = _IR_HINT if "ir_version" in str(e) else ""

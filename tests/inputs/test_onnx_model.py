@@ -158,3 +158,16 @@ def test_a_graph_at_an_ir_version_onnx_runtime_cannot_read_is_refused_with_the_f
     spec = parse_spec({"model": {"weights": str(tmp_path / "future.onnx")}})
     with pytest.raises(SpecError, match=r"ir_version 99 .*set model.ir_version to the version"):
         check_trained_model(spec, digits)
+
+
+def test_a_graph_replaced_after_it_was_opened_is_refused_when_prepared(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Flatten(), nn.Linear(256, 10))
+    _export(model, tmp_path / "m.onnx")
+    opened = open_onnx(tmp_path / "m.onnx")
+    opened.prepare(tmp_path / "ready.onnx")  # as each trial does
+    with torch.no_grad():
+        model[2].weight.mul_(-1)  # another model, of the same graph
+    _export(model, tmp_path / "m.onnx")
+    with pytest.raises(SpecError, match=r"'m.onnx' has changed since it was checked .* restore"):
+        opened.prepare(tmp_path / "ready.onnx")
