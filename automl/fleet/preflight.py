@@ -85,40 +85,25 @@ def _track(tracking_uri: str | None, runnable: Sequence[StudySpec], spec: StudyS
         tracker(tracking_uri, spec)
 
 
-# The harness's own p99 may be at most this share of a serving study's SLO.
-MAX_FLOOR_SHARE = 0.1
-# The rate at which the floor is checked where the study searches the max rate.
-_NOMINAL_RPS = 1000.0
-
-
 def check_harness(spec: StudySpec) -> None:
     """Refuse a serving study whose load harness alone takes more than a tenth of its SLO here.
 
-    The harness serves the scenario's rate (1,000 requests/s where it is ``max``) with a model
-    that does nothing; its p99 is what every load figure of the study would include. The best
-    of three short runs is taken, so that one burst of a shared host does not refuse a study.
+    The floor is :func:`automl.pipeline.serving_floor.host_floor`: what every load figure of the
+    study would include, measured as each of its trials is judged after its load runs.
 
     Raises:
-        SpecError: The floor exceeds :data:`MAX_FLOOR_SHARE` of ``slo_p99_ms``.
+        SpecError: The floor exceeds ``MAX_FLOOR_SHARE`` of ``slo_p99_ms``.
     """
-    import numpy as np
-
-    from automl.candidate import Batching
-    from automl.pipeline.serving import harness_floor
+    from automl.pipeline.serving_floor import MAX_FLOOR_SHARE, host_floor
 
     scenario = with_scenario(spec, load_space(spec.search_space)).serving
     if scenario is None:
         return
-    rate = _NOMINAL_RPS if scenario.rate_rps == "max" else float(scenario.rate_rps)
-    rows, seconds = np.zeros((64, 1), np.float32), min(scenario.duration_s, 0.5)
-    floor = min(
-        harness_floor(rows, Batching(), rate, duration_s=seconds, seed=seed).p99_bound_ms
-        for seed in range(3)
-    )
-    if floor > MAX_FLOOR_SHARE * scenario.slo_p99_ms:
+    floor = host_floor(scenario)
+    if floor.too_high:
         raise SpecError(
-            f"the load harness alone takes p99 {floor:.3g} ms at {rate:,.0f} requests/s on this "
-            f"host, more than {MAX_FLOOR_SHARE:.0%} of the {scenario.slo_p99_ms:g} ms SLO: its "
-            "figures would measure the harness, not the model. Raise slo_p99_ms, or run on a "
-            "host with idle cores"
+            f"the load harness alone takes p99 {floor.p99_ms:.3g} ms at {floor.rate_rps:,.0f} "
+            f"requests/s on this host, more than {MAX_FLOOR_SHARE:.0%} of the "
+            f"{scenario.slo_p99_ms:g} ms SLO: its figures would measure the harness, not the "
+            "model. Raise slo_p99_ms, or run on a host with idle cores"
         )

@@ -325,16 +325,17 @@ def measure_serving(
     One session per instance, the target's threads split between them. At an offered rate,
     one run; at ``rate_rps: max``, the max-rate search from ``start_rps`` (a guess from the
     isolated latency), or from ``rate_to_beat`` where that is higher: a rate below which the
-    model does not matter, so that a first run that breaks the SLO there ends the search. The
-    harness floor is measured on the same settings at the same rate. ``probes`` bounds the
-    search's runs (more resolve the max rate more finely).
+    model does not matter, so that a first run that breaks the SLO there ends the search.
+    ``probes`` bounds the search's runs (more resolve the max rate more finely). What the
+    harness alone takes on the host is measured apart (see
+    :func:`automl.pipeline.serving_floor.measured_clean`).
 
     Returns:
         ``metrics`` (``serving_p99_ms``, ``max_rate_rps`` where searched) and ``record``: the
-        scenario, the settings, every run (the curve of p99 against the offered rate) and the
-        floor, with its share of the SLO. Where it started at ``rate_to_beat``, the record
-        says whether that rate held (``held_rate_to_beat``) and whether a higher one did
-        (``beat_rate_to_beat``); the metrics are empty unless one did.
+        scenario, the settings and every run (the curve of p99 against the offered rate).
+        Where it started at ``rate_to_beat``, the record says whether that rate held
+        (``held_rate_to_beat``) and whether a higher one did (``beat_rate_to_beat``); the
+        metrics are empty unless one did.
 
     Raises:
         TrialFailed: No request was served at any rate tried.
@@ -370,15 +371,12 @@ def measure_serving(
         curve, metrics = [at], {"serving_p99_ms": at.p99_bound_ms}
     if not any(run.completed for run in curve):
         raise TrialFailed(f"served no request within {scenario.duration_s + 1:g} s at any rate")
-    floor = harness_floor(x, batching, at.offered_rps, duration_s=scenario.duration_s, seed=seed)
     record = {
         "scenario": scenario.model_dump(),
         "settings": asdict(batching),
         "runs": [run.as_dict() for run in sorted(curve, key=_offered)],
         # False where every rate tried held: max_rate_rps is then a lower bound.
         "bracketed": any(not run.p99_within(scenario.slo_p99_ms) for run in curve),
-        "floor_p99_ms": floor.p99_bound_ms,
-        "floor_share_of_slo": floor.p99_bound_ms / scenario.slo_p99_ms,
         **(_challenged(rate, metrics) if challenge else {}),
     }
     return {"metrics": metrics, "record": record}

@@ -138,19 +138,25 @@ def serve_screened(
     stops it: no load run where that latency bounds its max rate below ``to_beat``, no more
     runs where the first, at ``to_beat``, breaks the SLO, and no metrics where no rate above
     ``to_beat`` holds (a tie adds nothing to the front). The record of a screened graph says
-    why, as ``screened``. ``probes``: the max-rate search's runs, where not the usual."""
+    why, as ``screened``. ``probes``: the max-rate search's runs, where not the usual.
+
+    The load runs are measured once more where the host was busy while they ran (see
+    :func:`automl.pipeline.serving_floor.measured_clean`), and the record holds the harness's
+    floor after them; :func:`automl.pipeline.serving_floor.busy_host` says whether they are a
+    clean measurement."""
     # Here, not at the top: the objective imports this module, and ONNX Runtime only runs trials.
     from automl.pipeline.serving import MAX_RATE_PROBES, first_rate, measure_serving
+    from automl.pipeline.serving_floor import measured_clean
 
     bound = rate_bound(batching, batch_size, latency_p50_ms)
     if to_beat and bound and (reason := to_beat.above_bound(bound)):
         return {"metrics": {}, "record": {"screened": reason, "rate_bound_rps": bound}}
-    served = measure_serving(
+    served = measured_clean(lambda: measure_serving(
         model_path, target, rows, batching, scenario, method=method,
         start_rps=first_rate(batching, batch_size, latency_p50_ms),
         rate_to_beat=to_beat and to_beat.rps, optimization=optimization, seed=seed,
         probes=probes or MAX_RATE_PROBES,
-    )  # fmt: skip
+    ), scenario)  # fmt: skip
     record = served["record"]
     if record.get("held_rate_to_beat") is False:
         (run,) = record["runs"]

@@ -13,9 +13,11 @@ import torch
 
 from automl.candidate import Batching
 from automl.catalog import TRT
+from automl.errors import TrialFailed
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency, per_sample_in_turn
 from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
+from automl.pipeline.serving_floor import busy_host
 from automl.pipeline.timers import backend_session
 from automl.pipeline.trt_engine import ENGINE_RECORD, check_engine_precision
 from automl.records import QUANTIZATION_GAIN
@@ -106,7 +108,9 @@ def run_trial(
             (see :mod:`automl.trials.screen`), or ``None``. A trial whose isolated latency
             bounds its max rate below it runs no load, and one whose first load run, at that
             rate, breaks the SLO runs no more; the outcome's ``serving`` then holds the reason
-            as ``screened``.
+            as ``screened``. Load runs measured while the host was too busy (the harness's
+            floor above its limit, twice: see :func:`automl.pipeline.serving_floor.busy_host`)
+            fail the trial: its figures would be the host's, not the deployment's.
 
     Returns:
         The quantized artifact and its metrics: ``accuracy`` on the validation split (what the
@@ -118,7 +122,8 @@ def run_trial(
         TargetUnavailable: Before any work, when the target's hardware is absent or ONNX
             Runtime here lacks its execution provider (see :func:`require_present`).
         UnsupportedQuantization: The bit-width does not apply to this model.
-        TrialFailed: A stage could not produce a valid candidate.
+        TrialFailed: A stage could not produce a valid candidate, or the host was too busy to
+            measure it under load.
     """
     require_present(target, [candidate.quant_method.name])
     stages = CachedStages(
@@ -167,6 +172,8 @@ def run_trial(
             to_beat=screen(metrics) if screen and serving.rate_rps == "max" else None,
             optimization=candidate.graph_optimization, seed=seed,
         )  # fmt: skip
+        if reason := busy_host(served["record"]):  # never a clean measurement, nor a front point
+            raise TrialFailed(reason)
         metrics.update(served["metrics"])
     return TrialOutcome(
         artifact=quantized.path,

@@ -4,6 +4,7 @@ one load run."""
 from __future__ import annotations
 
 import optuna
+import pytest
 
 from automl.candidate import Batching
 from automl.pipeline.serving import LoadRun
@@ -98,7 +99,7 @@ def test_repeats_are_screened_and_a_search_of_nothing_else_ends_converged(tmp_pa
 
     monkeypatch.setattr("automl.trials.objective.converged_after", lambda n_trials: 5)
     (tmp_path / "two.yaml").write_text(
-        "name: two\nserving: {rate_rps: max, slo_p99_ms: 50, duration_s: 0.2}\nparams:\n"
+        "name: two\nserving: {rate_rps: max, slo_p99_ms: 100, duration_s: 0.2}\nparams:\n"
         "  arch.family: {type: fixed, value: mlp}\n  arch.width: {type: fixed, value: 16}\n"
         "  train.epochs: {type: fixed, value: 1}\n"
         "  serving.max_batch: {type: categorical, choices: [1, 8]}\n"
@@ -147,3 +148,48 @@ def test_an_untried_deployment_is_drawn_past_the_measured_and_the_queued_ones(tm
     assert untried_params(study, space, rng) == {"serving.max_batch": 32}
     study.enqueue_trial({"serving.max_batch": 32})
     assert untried_params(study, space, rng) is None  # every deployment is taken
+
+
+@pytest.mark.parametrize("slo_ms", [0.0001, 60_000.0])
+def test_a_trial_measured_while_the_harness_floor_is_over_the_limit_fails_off_the_front(
+    tmp_path, slo_ms
+):
+    """The floor is measured for real: a 0.1 µs SLO puts any host's over a tenth of it, so the
+    trial's load runs are measured again, and the trial fails with the reason; a minute-long
+    SLO keeps it under, and the trial is recorded as before."""
+    from automl.fleet.study_loop import run_study_loop
+    from automl.records import FAIL_REASON
+    from automl.service.create import create_study
+    from automl.service.read import empty_front_reason, pareto_front
+    from automl.service.studies import get_study
+    from automl.settings import Settings
+    from automl.storage.factory import open_artifact_store, open_storage
+
+    (tmp_path / "one.yaml").write_text(
+        "name: one\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
+        "  arch.width: {type: fixed, value: 16}\n  train.epochs: {type: fixed, value: 1}\n"
+    )
+    settings = Settings(storage=f"sqlite:///{tmp_path}/s.db", artifacts_dir=tmp_path / "art")
+    storage = open_storage(settings.storage, settings)
+    spec = parse_spec(
+        {"name": "busy", "search_space": str(tmp_path / "one.yaml"), "n_trials": 1,
+         "serving": {"rate_rps": 200, "slo_p99_ms": slo_ms, "duration_s": 0.1}}
+    )  # fmt: skip
+    create_study(spec, storage)
+    artifacts = open_artifact_store(settings)
+    run_study_loop("busy", storage, artifact_store=artifacts, settings=settings, max_trials=1)
+
+    (trial,) = optuna.load_study(study_name="busy", storage=storage).trials
+    if slo_ms < 1:
+        assert trial.state == optuna.trial.TrialState.FAIL and "serving" not in trial.user_attrs
+        reason = trial.user_attrs[FAIL_REASON]
+        assert reason.startswith("TrialFailed: the load harness alone took p99 ")
+        assert "(limit 0.10)" in reason and "rerun on a quieter host" in reason
+        assert get_study("busy", storage).failures[0]["reason"] == reason  # study show, the API
+        assert pareto_front("busy", storage) == []
+        assert "1 failed: `automl study show busy` says why" in empty_front_reason("busy", storage)
+    else:
+        assert trial.state == optuna.trial.TrialState.COMPLETE
+        served = trial.user_attrs["serving"]
+        assert served["floor_share_of_slo"] <= 0.1 and "floor_share_before_remeasure" not in served
+        assert [row.number for row in pareto_front("busy", storage)] == [trial.number]
