@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from automl.records import METRICS, TEST_METRIC
+from automl.search.numbers import numbers_not_text
 
 if TYPE_CHECKING:
     from pydantic import GetJsonSchemaHandler
@@ -79,6 +80,7 @@ class Constraint(BaseModel):
     metric: str = Field(json_schema_extra={"enum": list(METRICS)})
     op: Literal["<=", ">="]
     bound: float = Field(allow_inf_nan=False)
+    _real = numbers_not_text("bound", whole=False)
 
     @model_validator(mode="before")
     @classmethod

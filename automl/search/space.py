@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from automl.candidate import Candidate
 from automl.catalog import FAMILIES, get_method, legacy_bits, per_layer_methods
 from automl.errors import SpecError, validation_details
+from automl.search.numbers import check_numbers
 from automl.search.params import (
     FixedParam,
     FloatParam,
@@ -24,7 +25,7 @@ from automl.search.params import (
     param_values,
     suggest_value,
 )
-from automl.search.spec import Serving, StudySpec, parse_spec
+from automl.search.spec import MAX_DEPLOYMENTS, Serving, StudySpec, parse_spec
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -72,7 +73,6 @@ DEPLOYMENT_KEYS = (
     "bits", "int8_mode", "method", "keep_fp32", "batch_size", "graph_optimization",
     "serving.max_batch", "serving.max_queue_delay_ms", "serving.instances",
 )  # fmt: skip
-MAX_DEPLOYMENTS = 4096
 # The serving knobs of :meth:`SearchSpace.capacity_first`: True takes the largest value.
 _CAPACITY = {"serving.max_batch": True, "serving.instances": True,
              "serving.max_queue_delay_ms": False}  # fmt: skip
@@ -119,6 +119,7 @@ class SearchSpace(BaseModel):
                 "a trained model sets no arch.* key"
             )
         for name, param in self.params.items():
+            check_numbers(name, param)
             check_bounds(name, param)
             is_bits = (param.sets or name) == "bits"
             if is_bits and len(param_values(param)) > len(

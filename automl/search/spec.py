@@ -14,12 +14,18 @@ from automl.candidate import MAX_LOAD_REQUESTS
 from automl.errors import SpecError, validation_details
 from automl.plugins import PLUGIN
 from automl.records import BASELINE_METRICS, SERVING_METRICS
+from automl.search.numbers import number_not_text, numbers_not_text
 from automl.search.objectives import Constraint, Objective
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # whole name: see fullmatch
 # NumPy's legacy RandomState, which Optuna's samplers and scikit-learn's splits use, takes seeds
 # in [0, 2**32).
 MAX_SEED = 2**32 - 1
+# The most trials a study may ask for, and the longest it may run: beyond them a number is a typo.
+MAX_N_TRIALS = 1_000_000
+MAX_TIMEOUT_S = 366 * 24 * 3600.0
+# The most deployments the variant sampler lists for a model: more trials per model find none.
+MAX_DEPLOYMENTS = 4096
 # The shipped spaces of a trained model's study and of an ONNX model's: deployment knobs only.
 TRAINED_SPACE = "trained-model"
 ONNX_SPACE = "onnx-model"
@@ -52,6 +58,21 @@ class TrainedModel(BaseModel):
         default=None, description="key or index of the logits in the model's output"
     )
     expected_accuracy: float | None = Field(default=None, gt=0, le=1)
+    _whole = numbers_not_text("batch_size", whole=True)
+    _real = numbers_not_text("expected_accuracy", whole=False)
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch(cls, batch: int | None) -> int | None:
+        """A serving batch no larger than a space's may be (a huge one would fill the memory)."""
+        from automl.settings import get_settings
+
+        high = get_settings().knob_bounds["batch_size"][1]
+        if batch is not None and batch > high:
+            raise ValueError(
+                f"must be at most {high:g}, the largest batch_size (AUTOML_KNOB_BOUNDS)"
+            )
+        return batch
 
     @field_validator("factory")
     @classmethod
@@ -98,6 +119,14 @@ class Serving(BaseModel):
     rate_rps: float | Literal["max"] = "max"
     slo_p99_ms: float = Field(gt=0, le=60_000)
     duration_s: float = Field(default=1.0, gt=0, le=60)
+    _real = numbers_not_text("slo_p99_ms", "duration_s", whole=False)
+
+    @field_validator("rate_rps", mode="before")
+    @classmethod
+    def _rate_not_text(cls, rate: object) -> object:
+        if isinstance(rate, bool) or (isinstance(rate, str) and rate != "max"):
+            raise ValueError(f"{number_not_text(rate)}, or 'max'")
+        return rate
 
     @field_validator("rate_rps")
     @classmethod
@@ -138,12 +167,12 @@ class StudySpec(BaseModel):
     target: str = "cpu"
     search_space: str = "digits-mixed"
     dataset: str = "digits"
-    n_trials: int | None = Field(default=24, ge=1)
-    timeout_s: float | None = Field(default=None, gt=0)
+    n_trials: int | None = Field(default=24, ge=1, le=MAX_N_TRIALS)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
     sampler: Literal["default", "tpe", "nsga2", "random", "gp"] = "default"
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
-    trials_per_model: int = Field(default=6, ge=1)
-    variant_startup_trials: int = Field(default=10, ge=0)
+    trials_per_model: int = Field(default=6, ge=1, le=MAX_DEPLOYMENTS)
+    variant_startup_trials: int = Field(default=10, ge=0, le=MAX_N_TRIALS)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: list[Constraint] = Field(default_factory=_default_constraints)
     model: TrainedModel | None = None
@@ -158,6 +187,10 @@ class StudySpec(BaseModel):
     serving: Serving | None = Field(
         default=None, description="a serving scenario: trials are also measured under load"
     )
+    _whole = numbers_not_text(
+        "n_trials", "seed", "trials_per_model", "variant_startup_trials", whole=True
+    )
+    _real = numbers_not_text("timeout_s", whole=False)
 
     @field_validator("name")
     @classmethod

@@ -68,6 +68,33 @@ def test_malformed_spaces_name_the_field(tmp_path, body, message):
         load_space(str(_write(tmp_path, body)))
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "  train.epochs: {type: fixed, value: 1e12}\n",
+            r"parameter 'train.epochs' takes a number, not the text '1e12' \(YAML reads 1e12 as "
+            r"text: write 1000000000000\)",
+        ),
+        ("  train.epochs: {type: fixed, value: 1000000000000}\n", "outside the allowed 0..1000"),
+        (
+            "  lr: {type: categorical, choices: [0.01, 1e-3], sets: train.lr}\n",
+            r"parameter 'lr' \(train.lr\) takes a number, not the text '1e-3' .*write 1.0e-3, "
+            "with a dot and a signed exponent",
+        ),
+        ("  arch.width: {type: fixed, value: wide}\n", "takes a number, not the text 'wide'"),
+        ("  batch_size: {type: categorical, choices: [1, 2.5]}\n", "whole numbers, not 2.5"),
+        ("  train.epochs: {type: float, low: 1, high: 3}\n", "whole numbers: make it type int"),
+    ],
+)
+def test_a_number_given_as_text_or_a_fraction_is_refused_saying_how_to_write_it(
+    tmp_path, body, message
+):
+    with pytest.raises(SpecError, match=message) as refused:
+        load_space(str(_write(tmp_path, body)))
+    assert "not supported between" not in str(refused.value)
+
+
 def test_bit_width_the_target_cannot_run(tmp_path):
     space = load_space(str(_write(tmp_path, "  bits: {type: categorical, choices: [8, 4, 2]}\n")))
     with pytest.raises(SpecError, match=r"suggests bits \[2\].*supports \[4, 8, 16, 32\]"):
@@ -119,7 +146,7 @@ def test_deployments_are_not_listed_for_a_float_knob(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(
         "name: s\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
-        "  batch_size: {type: float, low: 1, high: 8}\n"
+        "  serving.max_queue_delay_ms: {type: float, low: 0, high: 2}\n"
     )
     assert load_space(str(path)).deployments({}) is None
 

@@ -57,6 +57,27 @@ def test_constraint_violation_sign():
         ({"seed": -99999999999999999999}, "seed"),
         ({"seed": 2**32}, "seed.*less than or equal to 4294967295"),
         ({"colour": "red"}, "colour.*Extra inputs"),
+        ({"trials_per_model": 10**12}, "trials_per_model.*less than or equal to 4096"),
+        ({"n_trials": 10**12}, "n_trials.*less than or equal to 1000000"),
+        ({"variant_startup_trials": 10**12}, "variant_startup_trials.*less than or equal to"),
+        ({"timeout_s": 10.0**12}, "timeout_s.*less than or equal to 31622400"),
+        ({"timeout_s": float("nan")}, "timeout_s"),
+        ({"n_trials": "1e12"}, r"n_trials: takes a number, not the text '1e12' \(YAML reads"),
+        ({"n_trials": "24"}, "n_trials: takes a number, not the text '24'"),
+        ({"seed": True}, "seed: takes a number, not true"),
+        ({"timeout_s": "1e5"}, r"timeout_s: .*write 1\.0e\+5, with a dot and a signed exponent"),
+        (
+            {"model": {"factory": "m:f", "weights": "w.pt", "batch_size": 10**9}},
+            r"model.batch_size: must be at most 4096, the largest batch_size",
+        ),
+        (
+            {"serving": {"rate_rps": "1e5", "slo_p99_ms": 5}},
+            "serving.rate_rps: takes a number, not the text '1e5'.*, or 'max'",
+        ),
+        (
+            {"constraints": [{"metric": "latency_p99_ms", "op": "<=", "bound": "1e3"}]},
+            "constraints.0.bound: takes a number, not the text '1e3'",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(values, message):
@@ -119,3 +140,12 @@ def test_a_serving_scenario_sets_its_objectives_and_load_metrics_need_one() -> N
         parse_spec({"serving": {"rate_rps": -1, "slo_p99_ms": 10}})
     with pytest.raises(SpecError, match="slo_p99_ms"):
         parse_spec({"serving": {"rate_rps": "max"}})
+
+
+def test_a_yaml_spec_whose_number_yaml_reads_as_text_says_how_to_write_it(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("n_trials: 1e3\ntrials_per_model: 3\n")
+    with pytest.raises(SpecError, match=r"n_trials: .*YAML reads 1e3 as text: write 1000\)"):
+        load_spec(path)
+    path.write_text("n_trials: 1000\ntrials_per_model: 3\n")
+    assert load_spec(path).n_trials == 1000
