@@ -36,6 +36,11 @@ class TargetUnavailable(AutomlError):
     """The target's hardware is not present on this machine, so it cannot be measured here."""
 
 
+class DiskFull(TargetUnavailable):
+    """A trial's write found this host's disk full or over quota: every trial here would fail
+    the same way, so its worker stops serving the study, as for an absent target."""
+
+
 class UnsupportedQuantization(AutomlError):
     """The bit-width cannot be applied to this model or run on this target."""
 

@@ -121,18 +121,22 @@ def optimize(
         The study, its front, and its exports.
 
     Raises:
-        SpecError: The spec, search space or dataset is invalid, or a study of that name
-            exists with another spec. Nothing has run.
+        SpecError: The spec, search space or dataset is invalid, a study of that name
+            exists with another spec, or the artifacts folder cannot be written. Nothing has
+            run.
         TargetUnavailable: The target is not on this machine.
         StorageUnavailable: The storage cannot be reached.
     """
     from automl.fleet.preflight import prepare_studies
     from automl.progress import choose_bar
     from automl.service import studies
+    from automl.storage.artifacts import require_writable
     from automl.storage.factory import open_artifact_store, open_storage
     from automl.study_result import StudyResult
 
     settings = _settings(artifacts_dir, mlflow_uri)
+    # Trials write their models there (and a module's weights go there first).
+    require_writable(settings.artifacts_dir, "artifacts_dir= (or AUTOML_ARTIFACTS_DIR)")
     store = open_storage(storage or settings.storage, settings)
     overrides = {
         "search_space": _text(search_space), "dataset": _dataset(dataset, settings),

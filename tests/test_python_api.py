@@ -13,6 +13,7 @@ import numpy as np
 import optuna
 import pytest
 import yaml
+from disks import tmpfs
 
 import automl
 from automl.errors import DataError, SpecError, StorageUnavailable
@@ -178,6 +179,21 @@ def test_errors_about_arrays_name_them_as_given(tmp_path) -> None:
         )  # fmt: skip
     assert "x_train of 'dataset' has 1 values that are NaN" in str(refused.value)
     assert "datasets/" not in str(refused.value) and ".npz" not in str(refused.value)
+
+
+def test_a_read_only_artifacts_folder_is_refused_before_anything_is_written(tmp_path) -> None:
+    folder = tmp_path / "art"
+    with tmpfs(folder, size_kb=64, read_only=True), pytest.raises(SpecError) as refused:
+        automl.optimize(
+            search_space="digits-mlp", dataset={"x_train": np.zeros((20, 3), np.float32)},
+            n_trials=1, storage=f"sqlite:///{tmp_path / 'e.db'}", artifacts_dir=folder,
+            progress=False,
+        )  # fmt: skip
+    assert str(refused.value) == (
+        f"artifacts folder {str(folder)!r} cannot be written: Read-only file system; give a "
+        "writable artifacts_dir= (or AUTOML_ARTIFACTS_DIR)"
+    )
+    assert not (tmp_path / "e.db").exists()  # no storage, no study
 
 
 @pytest.mark.slow

@@ -308,8 +308,8 @@ def _use_wal(engine: Engine) -> None:
 def open_artifact_store(settings: Settings, *, create: bool = True) -> FileSystemArtifactStore:
     """The filesystem artifact store under ``settings.artifacts_dir``, created if missing
     unless ``create`` is off (a reader creates nothing: a missing model is then named)."""
-    from optuna.artifacts import FileSystemArtifactStore
+    from automl.storage.artifacts import AtomicArtifactStore
 
     if create:
         settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
-    return FileSystemArtifactStore(str(settings.artifacts_dir))
+    return AtomicArtifactStore(str(settings.artifacts_dir))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import optuna
 
-from automl.errors import Aborted, DataError, InputRefused, TargetUnavailable
+from automl.errors import Aborted, DataError, DiskFull, InputRefused, TargetUnavailable
 from automl.hosts import worker_name
 from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.records import (
@@ -28,6 +28,7 @@ from automl.records import (
 from automl.search.baseline import baseline_batch
 from automl.search.compat import check_compatible, space_methods
 from automl.search.space import load_space
+from automl.storage.artifacts import disk_full
 from automl.storage.capabilities import count_taken, set_trial_attrs
 from automl.targets import load_target, require_present
 from automl.targets.presence import require_pinned_gpu
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
     from automl.trials.stage_cache import StageCache
 
 INTERRUPTED = "interrupted: a second Ctrl-C aborted the trial"
+DISK_FULL = (
+    "no space left on device (or over quota): this worker stops; free space in "
+    "AUTOML_ARTIFACTS_DIR and the temporary folder, then resume"
+)
 logger = logging.getLogger("automl.trials.trial")
 
 
@@ -88,10 +93,14 @@ class StudyObjective:
             if self.aborted():  # the abort, turned into another error by a library (torch)
                 trial.set_user_attr(FAIL_REASON, INTERRUPTED)
                 raise Aborted from e
+            # A full disk: one line, not the library's traceback, and this worker stops.
+            error = DiskFull(DISK_FULL) if disk_full(e) else e
             # Recorded for `study show` and the API; Optuna then marks the trial FAIL.
-            trial.set_user_attr(FAIL_REASON, f"{type(e).__name__}: {e}")
-            if isinstance(e, TargetUnavailable):
-                self.unavailable = e
+            trial.set_user_attr(FAIL_REASON, f"{type(error).__name__}: {error}")
+            if isinstance(error, TargetUnavailable):
+                self.unavailable = error
+            if error is not e:
+                raise error from e
             raise
         except KeyboardInterrupt:  # a second Ctrl-C: Optuna marks the trial FAIL and re-raises
             trial.set_user_attr(FAIL_REASON, INTERRUPTED)

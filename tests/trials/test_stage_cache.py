@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+from disks import tmpfs
 
 from automl.candidate import ArchConfig, TrainConfig
 from automl.trials.stage_cache import StageCache, content_key
@@ -63,6 +64,16 @@ def test_a_failed_write_is_logged_and_leaves_nothing_behind(tmp_path, caplog):
     cache.put("train", "k", ".pt", source)
     # An hour-old temporary file had a killed writer; a fresh one may still be written.
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [fresh.name, "train-k.pt"]
+
+
+def test_an_entry_that_does_not_fit_on_the_disk_leaves_no_partial_file(tmp_path, caplog):
+    with tmpfs(tmp_path / "c", size_kb=256) as folder:
+        cache = StageCache(folder, max_bytes=10**9)
+        source = tmp_path / "s"
+        source.write_bytes(bytes(1024 * 1024))
+        assert cache.put("train", "k", ".pt", source) is None
+        assert "No space left on device" in caplog.text
+        assert list(folder.iterdir()) == []
 
 
 def _entries(cache: StageCache) -> list[str]:
