@@ -101,7 +101,11 @@ def _under_data_root(name: str, settings: Settings, field: str, what: str) -> Pa
         raise _reject(field, f"{field} must be a relative path under the server's data root")
     root = settings.data_root.resolve()
     path = root / relative  # absolute: a worker in another folder finds the same file
-    if not path.resolve().is_relative_to(root) or not path.is_file():
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop; RuntimeError before Python 3.13
+        raise _reject(field, f"{field} {name!r} is a symlink loop: name the file itself") from None
+    if not resolved.is_relative_to(root) or not path.is_file():
         raise _reject(
             field,
             f"no {what} file {name!r} under the server's data root (the folder its operator "
