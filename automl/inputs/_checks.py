@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import zipfile
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,7 @@ import numpy as np
 from automl.errors import DataError
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Mapping
 
 REQUIRED_KEYS = ("x_train", "y_train", "x_test", "y_test")
 # Every array a dataset may hold; an .npz's other members are never read.
@@ -18,6 +19,13 @@ DATASET_KEYS = (*REQUIRED_KEYS, "x_val", "y_val", "class_names", "vocab_size")
 # The key that marks token ids, and the largest vocabulary an embedding table is built for.
 VOCAB_KEY = "vocab_size"
 _MAX_VOCAB = 1_000_000
+# Rows of train in the calibration subset for static quantization.
+CALIB_ROWS = 128
+# What loading holds per sample beside its inputs: its int64 label, and two int64 temporaries
+# (the labels of all splits together, the permutation that draws the calibration rows).
+_ROW_BYTES = 24
+# What scikit-learn's stratified split holds per row of train (Python integers: 67 measured).
+_SPLIT_ROW_BYTES = 80
 
 
 def validate(arrays: dict[str, np.ndarray], source: str) -> None:
@@ -54,39 +62,93 @@ def check_headers(archive: zipfile.ZipFile, source: str, keys: Collection[str]) 
     member's header: a small compressed file may hold arrays of gigabytes. The other members
     are never read.
 
+    Sizes are Python integers (numpy's products wrap around), and a header must say what its
+    member holds, so that no crafted header hides an array from the limits.
+
     Raises:
-        DataError: An array is larger than the settings allow, all of them together take more
-            than ``AUTOML_DATA_MAX_MB``, or one holds Python objects.
+        DataError: A header is unreadable, has a negative dimension or disagrees with its
+            member's size; an array holds Python objects or is larger than the settings allow;
+            or loading the arrays would take more than ``AUTOML_DATA_MAX_MB`` (see
+            :func:`load_bytes`).
     """
     from automl.settings import get_settings
 
-    total = 0
+    headers: dict[str, tuple[tuple[int, ...], int]] = {}
+    stored = 0
     for info in archive.infolist():
         key = info.filename.removesuffix(".npy")
-        if key not in keys:
-            continue
-        with archive.open(info) as member:
-            try:
-                version = np.lib.format.read_magic(member)
-                read = (
-                    np.lib.format.read_array_header_1_0
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0
-                )
-                shape, _, dtype = read(member)
-            except ValueError as e:
-                raise DataError(f"{key} of {source!r} is not a readable array: {e}") from None
-        if dtype.hasobject:
-            raise DataError(f"{key} of {source!r} holds Python objects; save numbers")
-        if key.startswith(("x_", "y_")) and shape:
-            _check_size(shape[0], int(np.prod(shape[1:])), key, source)
-        total += int(np.prod(shape)) * dtype.itemsize
-    most = get_settings().data_max_mb
-    if total > most * 1e6:
+        if key in keys:
+            shape, itemsize = _header(archive, info, key, source)
+            headers[key] = (shape, itemsize)  # the last of a repeated name is the one read
+            stored += math.prod(shape) * itemsize
+    need, most = load_bytes(headers, stored), get_settings().data_max_mb
+    if need > most * 1e6:
         raise DataError(
-            f"the arrays of {source!r} take {total / 1e6:.0f} MB once decompressed; at most "
-            f"{most:g} MB are allowed (AUTOML_DATA_MAX_MB)"
+            f"the arrays of {source!r} take {stored / 1e6:.0f} MB once decompressed and "
+            f"{need / 1e6:.0f} MB of memory to load (features as float32, token ids and labels "
+            f"as int64); at most {most:g} MB are allowed (AUTOML_DATA_MAX_MB)"
         )
+
+
+def load_bytes(headers: Mapping[str, tuple[tuple[int, ...], int]], stored: int) -> int:
+    """The most memory, in bytes, that loading a dataset of these arrays holds at once.
+
+    The load keeps the file's arrays (``stored`` bytes) until it has converted each, and beside
+    them the larger of: the model-ready arrays (float32 features or int64 token ids, a
+    calibration subset of train, and per sample its int64 label and two int64 temporaries);
+    and, without ``x_val``, the copy of train that splitting validation off it makes, with
+    scikit-learn's stratified split's own per row.
+
+    Args:
+        headers: Each array's shape and item size, by key.
+        stored: The bytes of all the arrays as the file holds them.
+    """
+    x_itemsize = 8 if VOCAB_KEY in headers else 4
+    ready = split = 0
+    for key, (shape, _) in headers.items():
+        if key.startswith("x_") and shape:
+            ready += math.prod(shape) * x_itemsize + shape[0] * _ROW_BYTES
+    train = headers.get("x_train", ((), 0))[0]
+    if train:
+        ready += min(CALIB_ROWS, train[0]) * math.prod(train[1:]) * x_itemsize
+    if train and "x_val" not in headers:
+        labels, itemsize = headers.get("y_train", ((), 0))
+        split = math.prod(train) * headers["x_train"][1] + math.prod(labels) * itemsize
+        split += train[0] * _SPLIT_ROW_BYTES
+    return stored + max(ready, split)
+
+
+def _header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, source: str) -> tuple:
+    """The shape and item size that the header of member ``info`` gives, checked against the
+    limits and against the bytes the member holds."""
+    with archive.open(info) as member:
+        try:
+            version = np.lib.format.read_magic(member)
+            read = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, _, dtype = read(member)
+        except ValueError as e:
+            raise DataError(f"{key} of {source!r} is not a readable array: {e}") from None
+        start = member.tell()
+    crafted = "the file is damaged or crafted: write it again with numpy.savez"
+    if any(size < 0 for size in shape):
+        raise DataError(f"{key} of {source!r} has the shape {shape} in its header; {crafted}")
+    if dtype.hasobject:
+        raise DataError(f"{key} of {source!r} holds Python objects; save numbers")
+    size = math.prod(shape) * dtype.itemsize
+    if info.file_size != start + size:
+        raise DataError(
+            f"{key} of {source!r} holds {info.file_size - start} bytes, but its header says "
+            f"{shape} of {dtype} ({size} bytes); {crafted}"
+        )
+    if key.startswith(("x_", "y_")) and shape:
+        _check_size(shape[0], math.prod(shape[1:]), key, source)
+    if key == "class_names":
+        _check_class_names(math.prod(shape), source)
+    return shape, dtype.itemsize
 
 
 def _check_size(samples: int, features: int, key: str, source: str) -> None:
@@ -98,6 +160,18 @@ def _check_size(samples: int, features: int, key: str, source: str) -> None:
             f"{key} of {source!r} has {samples} samples of {features} features; at most "
             f"{settings.data_max_samples} and {settings.data_max_features} are allowed "
             "(AUTOML_DATA_MAX_SAMPLES, AUTOML_DATA_MAX_FEATURES)"
+        )
+
+
+def _check_class_names(count: int, source: str) -> None:
+    """No more class names than the settings allow classes: each becomes a Python string."""
+    from automl.settings import get_settings
+
+    most = get_settings().data_max_classes
+    if count > most:
+        raise DataError(
+            f"class_names of {source!r} holds {count} names; at most {most} classes are "
+            "allowed (AUTOML_DATA_MAX_CLASSES)"
         )
 
 

@@ -17,7 +17,6 @@ standardised like floats.
 from __future__ import annotations
 
 import hashlib
-import zipfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -27,15 +26,15 @@ import numpy as np
 
 from automl.errors import DataError
 from automl.inputs._checks import (
-    DATASET_KEYS,
+    CALIB_ROWS,
     REQUIRED_KEYS,
     VOCAB_KEY,
     check_classes,
-    check_headers,
     check_tokens,
     validate,
 )
 from automl.inputs._checks import vocab_size as read_vocab_size
+from automl.inputs._npz import read_npz
 from automl.plugins import import_plugin
 
 if TYPE_CHECKING:
@@ -47,6 +46,8 @@ BUILTIN_DATASETS = ("digits",)
 STANDARDIZE_MODES = ("auto", "none", "scalar", "per_feature", "per_channel")
 # The trial user attr holding :func:`describe_dataset` of the data the trial ran on.
 DESCRIPTION_ATTR = "data_description"
+# The float64 temporaries of the standardisation's statistics take at most this, a block of rows.
+_BLOCK_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def load_dataset(
     *,
     seed: int = 0,
     val_fraction: float = 0.15,
-    calib_size: int = 128,
+    calib_size: int = CALIB_ROWS,
     standardize: str = "auto",
     name: str | None = None,
 ) -> Dataset:
@@ -156,7 +157,7 @@ def _read_source(source: str, *, seed: int, name: str) -> dict[str, np.ndarray]:
     if source == "digits":
         return _digits(seed)
     if source.endswith(".npz"):
-        return _npz(Path(source), name)
+        return read_npz(Path(source), name)
     return _plugin(source)
 
 
@@ -173,29 +174,6 @@ def _digits(seed: int) -> dict[str, np.ndarray]:
         "y_test": y_test,
         "class_names": bunch.target_names,
     }
-
-
-def _npz(path: Path, name: str) -> dict[str, np.ndarray]:
-    resolved = path.expanduser().resolve()
-    if not resolved.is_file():
-        raise DataError(f"dataset file {name!r} does not exist")
-    try:
-        with zipfile.ZipFile(resolved) as archive:
-            check_headers(archive, name, DATASET_KEYS)  # before any array is decompressed
-        with np.load(resolved, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files if key in DATASET_KEYS}
-            unread = sorted(key for key in npz.files if key not in DATASET_KEYS)
-    except DataError:
-        raise
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise DataError(f"dataset file {name!r} is not a readable .npz: {e}") from e
-    missing = [key for key in REQUIRED_KEYS if key not in arrays]
-    if missing and unread:  # e.g. X_train: the names are exact
-        raise DataError(
-            f"dataset {name!r} lacks arrays {missing} and has {unread}, which are not read: "
-            f"name its arrays {list(DATASET_KEYS)}, in lower case"
-        )
-    return arrays
 
 
 def _plugin(source: str) -> dict[str, np.ndarray]:
@@ -229,12 +207,19 @@ def _finish(
     source: str, arrays: dict[str, np.ndarray], *, seed: int, calib_size: int, standardize: str
 ) -> Dataset:
     mode, mean, std = _statistics(arrays["x_train"], standardize)
-    # float32 statistics and float32 arithmetic: the formula a deployment applies, exactly.
-    out = _splits(arrays, lambda x: (x.astype(np.float32) - mean) / std)
+
+    def standardized(x: np.ndarray) -> np.ndarray:
+        # float32 statistics and float32 arithmetic: the formula a deployment applies, exactly,
+        # in place on the one float32 copy.
+        out = x.astype(np.float32)
+        out -= mean
+        out /= std
+        return out
+
     return _dataset(
-        source, arrays, out, seed=seed, calib_size=calib_size,
+        source, arrays, standardized, seed=seed, calib_size=calib_size,
+        kind=f"standardize={mode}",
         preprocessing={"standardize": {"mode": mode, "mean": _plain(mean), "std": _plain(std)}},
-        fingerprint=_fingerprint(out, seed, f"standardize={mode}"),
     )  # fmt: skip
 
 
@@ -250,13 +235,26 @@ def _statistics(x: np.ndarray, mode: str) -> tuple[str, np.ndarray, np.ndarray]:
         "per_feature": 0,
         "per_channel": (0, *range(2, x.ndim)),
     }[mode]
-    keep = axes is not None
-    mean = x.mean(axis=axes, dtype=np.float64, keepdims=keep)  # accumulated without a copy
-    std = x.std(axis=axes, dtype=np.float64, keepdims=keep)
-    if axes is not None:
+    mean = x.mean(axis=axes, dtype=np.float64, keepdims=True)  # accumulated without a copy
+    std = _std(x, mean, axes)
+    if axes is None:
+        mean, std = mean.reshape(()), std.reshape(())
+    else:
         mean, std = mean[0], std[0]  # one sample's shape: (F,), or (C, 1, ...)
     std = np.where(std > 0, std, 1.0)
     return mode, np.asarray(mean, dtype=np.float32), np.asarray(std, dtype=np.float32)
+
+
+def _std(x: np.ndarray, mean: np.ndarray, axes: int | tuple[int, ...] | None) -> np.ndarray:
+    """The float64 std of ``x`` over ``axes`` (which include the rows), by blocks of rows:
+    ``np.std`` would hold a float64 copy of all of ``x``, 8 bytes a value."""
+    squares = np.zeros_like(mean)
+    rows = max(1, _BLOCK_BYTES // max(1, 8 * x[0].size))
+    for start in range(0, len(x), rows):
+        deviations = x[start : start + rows] - mean
+        deviations *= deviations
+        squares += deviations.sum(axis=axes, keepdims=True)
+    return np.sqrt(squares / (x.size // max(1, mean.size)))
 
 
 def _plain(values: np.ndarray) -> float | list:
@@ -267,30 +265,33 @@ def _plain(values: np.ndarray) -> float | list:
 def _finish_tokens(
     source: str, arrays: dict[str, np.ndarray], vocab_size: int, *, seed: int, calib_size: int
 ) -> Dataset:
-    out = _splits(arrays, lambda x: x.astype(np.int64))
     return _dataset(
-        source, arrays, out, seed=seed, calib_size=calib_size,
-        preprocessing={"tokens": {VOCAB_KEY: vocab_size}},
-        fingerprint=_fingerprint(out, seed, f"{VOCAB_KEY}={vocab_size}"),
+        source, arrays, lambda x: x.astype(np.int64), seed=seed, calib_size=calib_size,
+        kind=f"{VOCAB_KEY}={vocab_size}", preprocessing={"tokens": {VOCAB_KEY: vocab_size}},
         input_dtype="int64", vocab_size=vocab_size,
     )  # fmt: skip
 
 
 def _splits(arrays: dict[str, np.ndarray], inputs: Callable) -> dict[str, np.ndarray]:
-    """The split arrays: ``inputs`` applied to each x, labels as int64."""
+    """The split arrays: ``inputs`` applied to each x, labels as int64. Each array leaves
+    ``arrays`` as it is converted, so that its memory is freed before the next is made."""
     return {
-        key: inputs(value) if key.startswith("x_") else value.astype(np.int64)
-        for key, value in arrays.items()
-        if key in (*REQUIRED_KEYS, "x_val", "y_val")
+        key: inputs(arrays.pop(key)) if key.startswith("x_") else arrays.pop(key).astype(np.int64)
+        for key in (*REQUIRED_KEYS, "x_val", "y_val")
     }
 
 
 def _dataset(
-    source: str, arrays: dict[str, np.ndarray], out: dict[str, np.ndarray], *, seed: int,
-    calib_size: int, **fields: object,
+    source: str, arrays: dict[str, np.ndarray], inputs: Callable, *, seed: int,
+    calib_size: int, kind: str, **fields: object,
 ) -> Dataset:  # fmt: skip
-    """The Dataset of the model-ready splits ``out`` of the raw ``arrays``."""
-    raw_train = arrays["x_train"]
+    """The Dataset of the raw splits ``arrays``, its inputs converted by ``inputs``; ``kind``
+    names the conversion in the fingerprint."""
+    train = arrays["x_train"]  # raw, before _splits frees it
+    raw_input = {"dtype": train.dtype.name, "min": train.min().item(), "max": train.max().item()}
+    del train
+    out = _splits(arrays, inputs)
+    fields["fingerprint"] = _fingerprint(out, seed, kind)
     rng = np.random.default_rng(seed)
     calib_rows = rng.permutation(len(out["x_train"]))[: min(calib_size, len(out["x_train"]))]
     labels = np.concatenate([out["y_train"], out["y_val"], out["y_test"]])
@@ -307,11 +308,7 @@ def _dataset(
         num_classes=num_classes,
         input_shape=tuple(int(d) for d in out["x_train"].shape[1:]),
         class_names=_class_names(names, num_classes, source),
-        raw_input={
-            "dtype": raw_train.dtype.name,
-            "min": raw_train.min().item(),
-            "max": raw_train.max().item(),
-        },
+        raw_input=raw_input,
         **fields,
         **out,
     )
@@ -364,5 +361,5 @@ def _fingerprint(arrays: dict[str, np.ndarray], seed: int, kind: str = "") -> st
     digest = hashlib.sha256(f"seed={seed}{kind}".encode())
     for key in sorted(arrays):
         digest.update(key.encode())
-        digest.update(np.ascontiguousarray(arrays[key]).tobytes())
+        digest.update(np.ascontiguousarray(arrays[key]))  # its buffer: tobytes() would copy
     return digest.hexdigest()[:16]
