@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     data_max_samples: int = Field(default=5_000_000, ge=1)
     data_max_features: int = Field(default=1_000_000, ge=1)
     data_max_classes: int = Field(default=100_000, ge=2)
-    # The most memory a dataset file's arrays may take once decompressed, all of them together.
+    # The most memory a dataset load may take (arrays, the model's copy, the split), read from headers.
     data_max_mb: float = Field(default=2048, gt=0)
     knob_bounds: dict[str, tuple[float, float]] = Field(default_factory=lambda: dict(KNOB_BOUNDS))
 
