@@ -33,7 +33,8 @@ def check_model(spec: StudySpec, settings: Settings) -> None:
     """Run the trained model's check of ``spec`` (paths under the data root) in a child.
 
     Raises:
-        ApiError: 422 naming ``model`` and why it is refused, paths shown as given.
+        ApiError: 422 naming ``model`` and why it is refused (its paths are scrubbed with the
+            other errors').
     """
     deadline = time.monotonic() + settings.model_check_timeout_s
     if not _slots.acquire(timeout=settings.model_check_timeout_s):
@@ -49,8 +50,7 @@ def check_model(spec: StudySpec, settings: Settings) -> None:
     finally:
         _slots.release()
     if done.returncode == 2:  # the model is refused, and the check says why
-        root = f"{settings.data_root.resolve()}/"
-        raise ApiError(422, "invalid_spec", done.stdout.strip().replace(root, ""), field="model")
+        raise ApiError(422, "invalid_spec", done.stdout.strip(), field="model")
     if done.returncode != 0:  # the check itself broke (killed, out of memory): not the model
         tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
         _left_to_worker(spec, f"failed ({tail[0]})")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from api.errors import scrub_paths
 from api.policy import public_spec
 from automl.records import TrialRecord, TrialStateName, front_columns
 from automl.search.spec import StudySpec
@@ -14,6 +15,8 @@ from automl.service.read import waiting_reason
 from automl.service.studies import StudyInfo
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from automl.service.read import Front
     from automl.settings import Settings
     from automl.targets import Target
@@ -73,15 +76,23 @@ class StudyOut(BaseModel):
 
     @classmethod
     def of(cls, info: StudyInfo, settings: Settings, serving: frozenset[str]) -> StudyOut:
-        """From the study service's record; the dataset as the client gave it.
+        """From the study service's record; the dataset as the client gave it, and the reasons
+        recorded by workers without the server's paths (see :func:`api.errors.scrub_paths`).
 
         ``serving``: the targets live workers serve, for ``waiting_reason``.
         """
         base = f"/v1/studies/{info.name}"
         links = {"self": base, "trials": f"{base}/trials", "pareto": f"{base}/pareto"}
+        root = settings.data_root
+        reasons = {
+            "error": info.error and scrub_paths(info.error, root),
+            "converged": info.converged and scrub_paths(info.converged, root),
+            "failures": [{**f, "reason": scrub_paths(f["reason"], root)} for f in info.failures],
+        }
         return cls.model_validate(
             {
                 **info.as_dict(),
+                **reasons,
                 "spec": public_spec(info.spec, settings),
                 "waiting_reason": waiting_reason(info, serving),
                 "links": links,
@@ -117,10 +128,16 @@ class TrialOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, study: str, record: TrialRecord) -> TrialOut:
-        """From a :class:`automl.records.TrialRecord`."""
+    def of(cls, study: str, record: TrialRecord, data_root: Path | None = None) -> TrialOut:
+        """From a :class:`automl.records.TrialRecord`; its ``fail_reason`` without the server's
+        paths (see :func:`api.errors.scrub_paths`)."""
         url = f"/v1/studies/{study}/trials/{record['number']}/model"
-        return cls.model_validate({**record, "model_url": url if record["artifact_id"] else None})
+        reason = record.get("fail_reason")
+        return cls.model_validate({
+            **record,
+            "fail_reason": reason and scrub_paths(reason, data_root),
+            "model_url": url if record["artifact_id"] else None,
+        })  # fmt: skip
 
 
 class TrialDetail(TrialOut):

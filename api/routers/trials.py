@@ -10,6 +10,7 @@ from fastapi.responses import Response, StreamingResponse
 from api.deps import (
     ArtifactStoreDep,
     PageDep,
+    SettingsDep,
     SnapshotsDep,
     StorageDep,
     StudyName,
@@ -45,20 +46,23 @@ def list_trials(
     storage: StorageDep,
     snapshots: SnapshotsDep,
     page: PageDep,
+    settings: SettingsDep,
     state: StateFilter = None,
 ) -> TrialPage:
     """The study's trials by number, optionally only those in one state (≤ 0.5 s stale)."""
     total, records = snapshots.trial_page(
         name, storage, state=state, offset=page.offset, limit=page.limit
     )
-    items = [TrialOut.of(name, record) for record in records]
+    items = [TrialOut.of(name, record, settings.data_root) for record in records]
     return TrialPage(items=items, total=total, offset=page.offset, limit=page.limit)
 
 
 @router.get("/{number}", responses=_NOT_FOUND)
-def read_trial(name: StudyName, number: TrialNumber, storage: StorageDep) -> TrialDetail:
+def read_trial(
+    name: StudyName, number: TrialNumber, storage: StorageDep, settings: SettingsDep
+) -> TrialDetail:
     """All metrics, stage timings, latency statistics, constraints and the failure reason."""
-    return TrialDetail.of(name, trial_detail(name, storage, number))
+    return TrialDetail.of(name, trial_detail(name, storage, number), settings.data_root)
 
 
 @router.get(

@@ -43,7 +43,8 @@ METADATA_PREFIX = "automl."
 
 
 class ModelMissing(TrialNotFound):
-    """A trial's model file is not in the artifact store (another folder, or removed)."""
+    """A trial's model file is not in the artifact store (another folder, or removed), or
+    something other than a file has its name there."""
 
 
 def missing_model(
@@ -55,6 +56,17 @@ def missing_model(
         f"the model of trial {number} of study {name!r} (artifact {artifact_id}) is not in "
         f"{str(folder)!r}: the study wrote it to another folder, or it was removed. Set "
         "AUTOML_ARTIFACTS_DIR to the folder the study ran with"
+    )
+
+
+def _not_a_file(
+    name: str, number: int, artifact_id: str, artifact_store: FileSystemArtifactStore
+) -> ModelMissing:
+    folder = getattr(artifact_store, "_base_path", "the artifact store")
+    return ModelMissing(
+        f"the model of trial {number} of study {name!r} (artifact {artifact_id}) in "
+        f"{str(folder)!r} is a folder, not a file: something replaced the model file; put the "
+        "file back, or export another trial"
     )
 
 
@@ -89,7 +101,7 @@ def export_model(
 
     Raises:
         TrialNotFound: No such trial, or it has no model (it did not complete).
-        ModelMissing: The trial's model file is not in the artifact store.
+        ModelMissing: The trial's model file is not in the artifact store, or is a folder.
         DataError: The trial predates recorded data descriptions, and its dataset can no
             longer be loaded to describe it.
     """
@@ -108,6 +120,8 @@ def export_model(
         )
     except ArtifactNotFound:
         raise ModelMissing(missing_model(name, number, artifact_id, artifact_store)) from None
+    except IsADirectoryError:
+        raise _not_a_file(name, number, artifact_id, artifact_store) from None
     model = onnx.load(str(out))
     sidecar = {
         "study": name,
@@ -141,12 +155,16 @@ def open_export(
 
     Raises:
         TrialNotFound: No such trial, or it has no model (it did not complete).
-        ModelMissing: The trial's model file is not in the artifact store.
+        ModelMissing: The trial's model file is not in the artifact store, or is a folder.
         optuna.artifacts.exceptions.ArtifactNotFound: The same, for a trial that comes as stored.
     """
     trial, _ = model_trial(name, storage, number)
     if DESCRIPTION_ATTR not in trial.user_attrs:
-        return artifact_store.open_reader(trial.user_attrs[ARTIFACT_ID])
+        try:
+            return artifact_store.open_reader(trial.user_attrs[ARTIFACT_ID])
+        except IsADirectoryError:
+            artifact_id = trial.user_attrs[ARTIFACT_ID]
+            raise _not_a_file(name, number, artifact_id, artifact_store) from None
     with tempfile.TemporaryDirectory(prefix="automl-model-") as folder:
         path = Path(folder) / "model.onnx"
         export_model(name, storage, artifact_store, number, path)

@@ -1,13 +1,23 @@
-"""API fixtures: real storages (SQLite and PostgreSQL) and a real uvicorn server on loopback."""
+"""API fixtures: real storages (SQLite and PostgreSQL), a real uvicorn server on loopback, and
+a scan of every response the REST tests receive for the server's absolute paths.
+
+The scan lives here, not in a ``tests/rest/conftest.py``: a second module named ``conftest``
+would shadow ``tests/conftest.py`` for every ``from conftest import ...`` of the suite. Every
+module of ``tests/rest`` loads this plugin (``pytest_plugins = ["api_fixtures"]``).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
+import sys
+import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -23,11 +33,48 @@ from automl.storage.factory import open_storage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from fastapi import FastAPI
 
 TOKEN = "test-api_token-0123456789"
+_REST_TESTS = Path(__file__).resolve().parent
+
+
+def server_paths(basetemp: Path) -> list[Path]:
+    """The folders of this server that no REST body may name: the tests' temporary folders
+    (data roots, artifacts, uploads), the system temp folder, the checkout, the virtualenv and
+    the home folder."""
+    folders = {basetemp, Path(tempfile.gettempdir()), _REST_TESTS.parents[1], Path(sys.prefix)}
+    folders |= {Path.home()}
+    return sorted({p for f in folders for p in (f, f.resolve())}, key=lambda p: -len(str(p)))
+
+
+def named_paths(body: str, folders: list[Path]) -> list[str]:
+    """The absolute paths under ``folders`` that ``body`` names (empty when none)."""
+    pattern = "|".join(re.escape(str(f)) for f in folders)
+    return re.findall(rf"(?<![\w.])(?:{pattern})(?=[/'\"\s\\:,;)]|$)[^'\"\s]*", body)
+
+
+@pytest.fixture(autouse=True)
+def no_server_path_in_any_response(request, tmp_path_factory, monkeypatch) -> Iterator[None]:
+    """Fail a REST test if any HTTP response it received names an absolute path of the server."""
+    if not request.node.path.is_relative_to(_REST_TESTS):
+        yield
+        return
+    folders = server_paths(tmp_path_factory.getbasetemp())
+    leaks: list[str] = []
+    send = httpx.Client.send
+
+    def scanned(client: httpx.Client, http_request: httpx.Request, **kwargs) -> httpx.Response:
+        response = send(client, http_request, **kwargs)
+        if not kwargs.get("stream"):
+            found = named_paths(response.content.decode(errors="replace"), folders)
+            leaks.extend(f"{http_request.method} {http_request.url.path}: {p}" for p in found)
+        return response
+
+    monkeypatch.setattr(httpx.Client, "send", scanned)
+    yield
+    assert not leaks, f"responses named absolute paths of the server: {leaks}"
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

@@ -105,3 +105,19 @@ def test_front_as_csv_and_the_report_as_html(api_client, study_with_trials):
     assert report.status_code == 200 and report.headers["content-type"].startswith("text/html")
     assert f"automl report: {study_with_trials}" in report.text
     assert api_client.get("/v1/studies/nope/report").status_code == 404
+
+
+@pytest.mark.parametrize("described", [False, True], ids=["as-stored", "exported"])
+def test_a_model_file_replaced_by_a_folder_is_a_404_not_a_500(
+    api_client, api_server, submit_spec, synthetic_trial, described
+):
+    name = submit_spec().json()["name"]
+    trial = synthetic_trial(0, 0.9, 1.0)
+    artifact = f"folder-{name}"
+    attrs = {"artifact_id": artifact, **({"data_description": {}} if described else {})}
+    trial.user_attrs.update(attrs)
+    optuna.load_study(study_name=name, storage=api_server.storage).add_trial(trial)
+    (api_server.settings.artifacts_dir / artifact).mkdir(parents=True)
+    response = api_client.get(f"/v1/studies/{name}/trials/0/model")
+    assert (response.status_code, response.json()["code"]) == (404, "model_not_found")
+    assert response.json()["message"] == "the trial's model file is missing or is not a file"
