@@ -4,10 +4,12 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from conftest import PgProxy, pg_schema
+from fastapi.routing import iter_route_contexts
 from optuna.storages import InMemoryStorage
 
 from api import create_app
@@ -57,6 +59,36 @@ def test_targets_and_search_spaces_are_listed(api_client):
     spaces = {s["name"]: s for s in api_client.get("/v1/search-spaces").json()}
     assert {"digits-mlp", "digits-cnn", "digits-mixed"} <= set(spaces)
     assert spaces["digits-mlp"]["params"]["arch.family"] == {"type": "fixed", "value": "mlp"}
+
+
+# Open by choice (docs/rest.md): the schema holds no data, and clients generate code from it.
+OPEN_ROUTES = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+
+
+def test_every_route_but_health_and_the_schema_needs_a_token(api_settings, run_api):
+    app = create_app(api_settings("sqlite://"), storage=InMemoryStorage())
+    routes = [
+        (method, route.path)
+        for route in iter_route_contexts(app.routes)  # included routers' routes too
+        for method in sorted(route.methods or ())
+        if method != "HEAD"
+    ]  # every route the app has, so a new one is held to this the moment it exists
+    assert {path for _, path in routes} >= OPEN_ROUTES
+    with run_api(app) as url:
+        answers = {
+            (method, path): httpx.request(
+                method, url + path.replace("{name}", "example").replace("{number}", "0")
+            ).status_code
+            for method, path in routes
+        }
+    assert {key: code for key, code in answers.items() if key[1] in OPEN_ROUTES} == {
+        key: 200 for key in answers if key[1] in OPEN_ROUTES
+    }
+    closed = {key: code for key, code in answers.items() if key[1] not in OPEN_ROUTES}
+    assert len(closed) >= 9 and set(closed.values()) == {401}, closed
+    docs = (Path(__file__).parents[2] / "docs" / "rest.md").read_text()
+    (rule,) = [p for p in docs.split("\n\n") if p.startswith("Every route but")]
+    assert all(f"`{path}`" in rule for path in OPEN_ROUTES), rule  # as the docs say
 
 
 def test_openapi_documents_every_route(api_server):
