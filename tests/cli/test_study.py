@@ -307,15 +307,16 @@ def test_objectives_and_constraints_from_the_command_line(cli):
 
 
 def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(cli):
-    # The shipped space with a looser SLO than its own 10 ms: the test shares two cores.
+    # The shipped space with a looser SLO than its own 10 ms: the test shares two cores, and a
+    # trial whose harness floor takes over 0.1 of the SLO fails (a busy host).
     (cli.root / "served.yaml").write_text(
         "name: served\nsearch_space: digits-serving\nn_trials: 3\n"
-        "serving: {rate_rps: max, slo_p99_ms: 50, duration_s: 0.3}\n"
+        "serving: {rate_rps: max, slo_p99_ms: 200, duration_s: 0.3}\n"
     )
     cli("study", "start", "served.yaml", "--no-remeasure-front")
     info = json.loads(cli("study", "show", "served", "--json").stdout)
     assert info["spec"]["serving"] == {
-        "arrival": "poisson", "rate_rps": "max", "slo_p99_ms": 50.0, "duration_s": 0.3
+        "arrival": "poisson", "rate_rps": "max", "slo_p99_ms": 200.0, "duration_s": 0.3
     }  # fmt: skip
     assert [o["metric"] for o in info["spec"]["objectives"]] == ["accuracy", "max_rate_rps"]
     study = optuna.load_study(study_name="served", storage=cli.storage)
@@ -335,7 +336,7 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
             continue
         runs = served["runs"]
         assert [r["offered_rps"] for r in runs] == sorted(r["offered_rps"] for r in runs)
-        held = [r["offered_rps"] for r in runs if r["kept_up"] and r["p99_bound_ms"] <= 50]
+        held = [r["offered_rps"] for r in runs if r["kept_up"] and r["p99_bound_ms"] <= 200]
         assert trial.user_attrs["max_rate_rps"] == max(held, default=0.0)
         assert 0 <= served["floor_share_of_slo"] < 1
     front = json.loads(cli("study", "pareto", "served", "--json").stdout)
@@ -367,7 +368,7 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
     assert sidecar["serving"]["settings"] == settings and sidecar["serving"]["max_rate_rps"] > 0
     cli("study", "report", "served", "-o", "r/report.html")
     page = (cli.root / "r" / "report.html").read_text()
-    assert "The front under load" in page and "SLO 50 ms" in page and "max req/s" in page
+    assert "The front under load" in page and "SLO 200 ms" in page and "max req/s" in page
 
 
 def test_a_serving_study_whose_harness_is_too_slow_for_its_slo_is_refused(cli):
