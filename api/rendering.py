@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from fastapi.responses import Response
 
+from api.errors import scrub_paths
 from api.schemas import ParetoOut
 from automl.records import front_columns
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from automl.service.read import Front
 
 
 API_MODEL_HREF = "/v1/studies/{name}/trials/{number}/model"
+_SCRIPT = re.compile(r"(<script\b.*?</script>)", re.DOTALL | re.IGNORECASE)
+
+
+def report_html(html: str, data_root: Path) -> str:
+    """The study report as a client gets it: its text (failure reasons, the spec) without the
+    server's paths (see :func:`api.errors.scrub_paths`); its scripts (plotly.js, the figures'
+    data) as they are."""
+    parts = _SCRIPT.split(html)  # the scripts at odd indices
+    return "".join(p if i % 2 else scrub_paths(p, data_root) for i, p in enumerate(parts))
 
 
 def front_csv(study: str, front: Front) -> str:

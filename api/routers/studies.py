@@ -20,7 +20,7 @@ from api.deps import (
 )
 from api.model_check import check_model
 from api.policy import check_spec
-from api.rendering import API_MODEL_HREF, JsonBytes, front_csv
+from api.rendering import API_MODEL_HREF, JsonBytes, front_csv, report_html
 from api.schemas import ErrorOut, ParetoOut, StudyOut, StudyPage
 from automl.report.html import render_report_html
 from automl.search.spec import StudySpec
@@ -116,10 +116,10 @@ async def pareto(
     response_model=None,
     responses={**_NOT_FOUND, 200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
 )
-async def report(name: StudyName, storage: StorageDep) -> HTMLResponse:
+async def report(name: StudyName, storage: StorageDep, settings: SettingsDep) -> HTMLResponse:
     """The study's self-contained HTML report; its model links point at this API."""
     html = await run_in_threadpool(render_report_html, name, storage, API_MODEL_HREF)
-    return HTMLResponse(html)
+    return HTMLResponse(report_html(html, settings.data_root))
 
 
 def _serving(storage: StorageDep, settings: SettingsDep) -> frozenset[str]:

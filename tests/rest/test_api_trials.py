@@ -121,3 +121,23 @@ def test_a_model_file_replaced_by_a_folder_is_a_404_not_a_500(
     response = api_client.get(f"/v1/studies/{name}/trials/0/model")
     assert (response.status_code, response.json()["code"]) == (404, "model_not_found")
     assert response.json()["message"] == "the trial's model file is missing or is not a file"
+
+
+def test_a_fail_reason_names_no_server_path_anywhere_it_is_served(
+    api_client, api_server, submit_spec
+):
+    name = submit_spec().json()["name"]
+    root = api_server.settings.data_root
+    reason = f"weights '{root}/models/w.pt' do not fit; log in /tmp/automl-x1/trial.log."
+    optuna.load_study(study_name=name, storage=api_server.storage).add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.FAIL, user_attrs={"fail_reason": reason}
+        )
+    )
+    shown = "weights 'models/w.pt' do not fit; log in trial.log."
+    base = f"/v1/studies/{name}"
+    assert api_client.get(f"{base}/trials").json()["items"][0]["fail_reason"] == shown
+    assert api_client.get(f"{base}/trials/0").json()["fail_reason"] == shown
+    assert api_client.get(base).json()["failures"][0]["reason"] == shown
+    report = api_client.get(f"{base}/report").text
+    assert "models/w.pt" in report and str(root) not in report and "automl-x1" not in report
