@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from automl.errors import AutomlError
+from automl.errors import AutomlError, InputRefused
 from automl.fleet.study_loop import run_study_loop, storage_unreachable
 from automl.hosts import worker_name
 from automl.records import CONVERGED_ATTR, REFUSED_ATTR, STOP_ATTR
@@ -139,18 +139,33 @@ def _serve(
             if exit_when_idle:
                 break
         except Exception as e:
-            if isinstance(e, AutomlError) and name is not None:
-                # E.g. its search space file is not on this host: other studies must not wait.
+            if name is not None and not storage_unreachable(e):
+                # Other studies must not wait on this one, nor die with it.
                 unusable[name] = time.monotonic()
-                logger.error(
-                    "study %s cannot run on this worker, skipped for %.0f s: %s", name, recheck_s, e
-                )
+                _set_aside(name, e, recheck_s)
                 continue
             if not isinstance(e, AutomlError) and not storage_unreachable(e):
                 raise
             logger.warning("worker: %s; retrying in %.0f s", e, poll_s)
         _sleep(poll_s, stop)
     return ran
+
+
+def _set_aside(name: str, error: Exception, recheck_s: float) -> None:
+    """Log why study ``name`` stopped running here: refused (for good), not runnable on this
+    host (e.g. its search space file is not here), or an error of automl's own (a bug: its
+    traceback is logged for the operator)."""
+    if isinstance(error, InputRefused):
+        logger.error("study %s refused: %s", name, error)
+    elif isinstance(error, AutomlError):
+        logger.error(
+            "study %s cannot run on this worker, skipped for %.0f s: %s", name, recheck_s, error
+        )
+    else:
+        logger.error(
+            "study %s: unexpected %s, skipped for %.0f s; the worker serves the other studies",
+            name, type(error).__name__, recheck_s, exc_info=error,
+        )  # fmt: skip
 
 
 def _worker_offset() -> int:

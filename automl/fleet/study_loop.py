@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
     from optuna.storages import BaseStorage
 
+    from automl.search.spec import StudySpec
     from automl.settings import Settings
 
 logger = logging.getLogger("automl.fleet.study_loop")
@@ -234,15 +235,7 @@ def run_study_loop(
     )  # fmt: skip
     if stop is not None:
         objective.aborted = lambda: stop.aborted
-    try:
-        objective.check_inputs()
-        check_fingerprint(
-            existing, spec, cached_dataset(**spec.data_args).fingerprint,
-            objective.model_fingerprint,
-        )  # fmt: skip
-    except InputRefused as e:  # wrong on every worker: the study fails, and says why
-        refuse_study(existing, str(e))
-        raise
+    _check_inputs(existing, spec, objective)
     callbacks = tracker(settings.mlflow_uri, spec)
     ran, outage_s, waiting = 0, 0.0, False
     while True:
@@ -283,6 +276,42 @@ def run_study_loop(
         ran, outage_s = ran + 1, 0.0
         if on_trial_end is not None:
             on_trial_end(study)
+
+
+def _check_inputs(study: optuna.Study, spec: StudySpec, objective: StudyObjective) -> None:
+    """Check the study's inputs before its first trial here.
+
+    Raises:
+        InputRefused: They are wrong wherever the study runs, or the check itself failed
+            unexpectedly (a crafted file can make a library raise anything): the study is
+            refused with the reason, so that no worker takes it again and every view says why.
+        AutomlError: This host cannot run it (a file missing here, no target): other hosts may.
+    """
+    try:
+        objective.check_inputs()
+        check_fingerprint(
+            study, spec, cached_dataset(**spec.data_args).fingerprint,
+            objective.model_fingerprint,
+        )  # fmt: skip
+    except InputRefused as e:  # wrong on every worker: the study fails, and says why
+        refuse_study(study, str(e))
+        raise
+    except AutomlError:
+        raise
+    except Exception as e:
+        if storage_unreachable(e):
+            raise
+        said = (str(e).strip().splitlines() or [""])[0][:200]
+        if objective.data_root is not None:  # a REST submission's paths, as it gave them
+            said = said.replace(f"{objective.data_root.rstrip('/')}/", "")
+        reason = (
+            f"checking the inputs of study {spec.name!r} failed unexpectedly ({type(e).__name__}"
+            f"{': ' + said if said else ''}); the worker's log has the traceback. Check its "
+            "dataset and model files, then submit it again"
+        )
+        logger.exception("study %s: checking its inputs raised %s", spec.name, type(e).__name__)
+        refuse_study(study, reason)
+        raise InputRefused(reason) from e
 
 
 class _KnownFailureFilter(logging.Filter):
