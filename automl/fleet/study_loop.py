@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import optuna
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from automl.errors import Aborted, AutomlError, InputRefused
 from automl.fleet.tracking import tracker
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("automl.fleet.study_loop")
 WAITING_ON_OTHERS = "waiting-on-others"  # other workers hold the remaining trials
+# What the database driver raises when the server cannot be reached (DB-API's OperationalError).
+_CONNECTION_ERRORS = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
 
 
 class GracefulStop:
@@ -269,8 +272,9 @@ def run_study_loop(
             # The trial being told (if any) stays RUNNING; the reaper fails and retries it.
             outage_s = min(max(2 * outage_s, 1.0), 30.0)
             logger.warning(
-                "storage unreachable (%s); retrying in %.0f s", type(e).__name__, outage_s
-            )
+                "storage unreachable (%s); retrying in %.0f s", type(_unmasked(e)).__name__,
+                outage_s,
+            )  # fmt: skip
             time.sleep(outage_s)
             continue
         ran, outage_s = ran + 1, 0.0
@@ -332,17 +336,41 @@ def _quiet_known_failures() -> None:
 
 
 def storage_unreachable(error: BaseException) -> bool:
-    """Whether ``error`` (or what it was raised from) means the storage could not be reached.
+    """Whether ``error`` means the storage could not be reached: a connection error.
 
-    Optuna wraps a failed commit in ``StorageInternalError``, and may then hit an
-    ``UnboundLocalError`` of its own while cleaning up, so the whole chain is checked.
+    That is an operational error of the database driver (the server is down or restarting, the
+    connection dropped, a SQLite file is locked), raised as is or wrapped by Optuna in a
+    ``StorageInternalError`` (``from`` it). A programming error (an ``UnboundLocalError``, a
+    ``ProgrammingError``) is not one, even while handling one; except Optuna's own: see
+    :func:`_unmasked`.
     """
-    seen: BaseException | None = error
+    seen: BaseException | None = _unmasked(error)
     while seen is not None:
-        if isinstance(seen, (SQLAlchemyError, optuna.exceptions.StorageInternalError)):
+        if isinstance(seen, _CONNECTION_ERRORS) or getattr(seen, "connection_invalidated", False):
             return True
-        seen = seen.__cause__ or seen.__context__
+        if not isinstance(seen, optuna.exceptions.StorageInternalError):
+            return False
+        seen = seen.__cause__
     return False
+
+
+def _unmasked(error: BaseException) -> BaseException:
+    """The error that Optuna's trial loop hid behind an ``UnboundLocalError`` of its own.
+
+    When telling a trial fails and reading it back fails too (the storage went down), the
+    ``finally`` block of Optuna's ``_run_trial`` reads a variable that was never set; the
+    failure it was handling is the ``UnboundLocalError``'s context.
+    """
+    if not isinstance(error, UnboundLocalError) or error.__context__ is None:
+        return error
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = None if tb is None else tb.tb_frame
+    where = None if frame is None else (frame.f_globals.get("__name__"), frame.f_code.co_name)
+    if where == ("optuna.study._optimize", "_run_trial"):
+        return error.__context__
+    return error
 
 
 def _reaped_while_running(storage: BaseStorage, trial_id: int | None, error: Exception) -> bool:
