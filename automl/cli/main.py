@@ -26,6 +26,8 @@ from automl.pipeline.ort_packages import require_single_ort
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
+    from automl.fleet.signals import GracefulStop
+
 app = typer.Typer(
     help="Hardware-aware model-optimization search.", no_args_is_help=True, rich_markup_mode=None
 )
@@ -108,18 +110,46 @@ def worker(
     """Run trials of the stored studies whose target this machine has.
 
     Exits when no study in scope has work left (unless --wait), and on SIGTERM (0) or Ctrl-C
-    (130) after finishing its running trial. Failed stale trials of dead workers are re-queued.
+    (130) after finishing its running trial; a second one stops that trial at once (it is
+    FAIL). Failed stale trials of dead workers are re-queued.
     """
     import logging
 
+    from automl.errors import Aborted
+    from automl.fleet.signals import GracefulStop
+
+    # First of all: a SIGTERM while the libraries load is a requested stop too, not exit 143.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("automl").setLevel(logging.INFO)
+    stop = GracefulStop().install(sigterm_aborts=True)
+    if target is not None and auto:
+        raise fail(AutomlError("give --target T or --auto, not both"))
+    try:
+        ran = _work(stop, storage, target, studies, max_trials, wait)
+    except Aborted:
+        if stop.interrupted:
+            raise  # `main` says so, and exits 130
+        err.print("aborted by a second SIGTERM: a trial it interrupted is marked FAIL")
+        return
+    err.print(f"worker done: {ran} trial(s) run here")
+    if stop.interrupted:  # as `automl study start` does; SIGTERM is a requested stop: 0
+        raise typer.Exit(130)
+
+
+def _work(
+    stop: GracefulStop,
+    storage: str | None,
+    target: str | None,
+    studies: list[str] | None,
+    max_trials: int | None,
+    wait: bool,
+) -> int:
+    """:func:`worker` once its signal handlers are installed; returns the trials it ran."""
     from automl.fleet.scheduler import Scope, work
-    from automl.fleet.study_loop import GracefulStop
     from automl.settings import get_settings
     from automl.storage.factory import cached, open_artifact_store
     from automl.targets import is_present, list_targets, load_target, require_present
 
-    if target is not None and auto:
-        raise fail(AutomlError("give --target T or --auto, not both"))
     try:
         if target is not None:
             require_present(load_target(target))
@@ -130,14 +160,11 @@ def worker(
             _require_servable(name, store, targets)
     except AutomlError as e:
         raise fail(e) from None
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("automl").setLevel(logging.INFO)
     err.print(
         f"worker on {shown_url(storage)} serving targets {sorted(targets)}"
         + (f", studies {sorted(names)}" if names else "")
     )
-    stop = GracefulStop().install()
-    ran = work(
+    return work(
         cached(store),
         artifact_store=open_artifact_store(get_settings()),
         settings=get_settings(),
@@ -146,9 +173,6 @@ def worker(
         max_trials=max_trials,
         exit_when_idle=not wait,
     )
-    err.print(f"worker done: {ran} trial(s) run here")
-    if stop.interrupted:  # as `automl study start` does; SIGTERM is a requested stop: 0
-        raise typer.Exit(130)
 
 
 def _require_servable(name: str, storage: BaseStorage, targets: set[str]) -> None:

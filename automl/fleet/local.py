@@ -43,6 +43,7 @@ UNAVAILABLE = "unavailable-here"  # job 0 could not measure; its helpers ran the
 _ENDINGS = {
     "interrupted": "stopped by Ctrl-C after its running trial",
     "signal": "stopped by SIGTERM after its running trial",
+    "aborted": "aborted by a second SIGTERM: a trial it interrupted is marked FAIL (interrupted)",
     "stopped": "stopped by `automl study stop`",
     "too-many-failures": "too many failed trials",
     "converged": "converged: its last trials in a row were all screened out",
@@ -98,7 +99,7 @@ def run_here(
                 spec.name, storage, storage_url=storage_url, environments=environments,
                 console=console,
             )  # fmt: skip
-            if ended.reason in ("interrupted", "signal"):
+            if ended.reason in ("interrupted", "signal", "aborted"):
                 if ended.reason == "interrupted":
                     signal.signal(signal.SIGINT, signal.SIG_IGN)
                 for command in resume:
@@ -148,8 +149,9 @@ def run_local(
 ) -> LoopResult:
     """Run study ``name`` with one process per environment, then print how it ended and its front.
 
-    A first Ctrl-C (or SIGTERM) lets every process finish its running trial. A second Ctrl-C
-    aborts them all at once: Optuna marks their trials FAIL and the interrupt propagates.
+    A first Ctrl-C (or SIGTERM) lets every process finish its running trial. A second one
+    aborts them all at once: Optuna marks their trials FAIL, and the interrupt propagates
+    (Ctrl-C) or ends the run as ``aborted`` (SIGTERM).
 
     Args:
         name: The study, already created.
@@ -161,14 +163,15 @@ def run_local(
         console: Where progress and the final front go.
 
     Returns:
-        What this process ran, and why it ended: ``interrupted`` once Ctrl-C was pressed.
+        What this process ran, and why it ended: ``interrupted`` once Ctrl-C was pressed,
+        ``aborted`` after a second SIGTERM.
 
     Raises:
         KeyboardInterrupt: A second Ctrl-C (:class:`automl.errors.Aborted`).
     """
     settings = get_settings()
     study, spec = load(name, storage)
-    stop = GracefulStop().install()
+    stop = GracefulStop().install(sigterm_aborts=True)
     helpers: list[BaseProcess] = []
     try:
         helpers = _start_helpers(name, storage_url or settings.storage, environments[1:], stop)
@@ -183,7 +186,10 @@ def run_local(
     except KeyboardInterrupt:
         _abort_helpers(helpers)
         _fail_abandoned(storage, study._study_id, helpers)
-        raise
+        if stop.interrupted:
+            raise
+        console.print(f"Study {name} ended: {_ENDINGS['aborted']}.", highlight=False)
+        return LoopResult(ran=0, reason="aborted")
     finally:
         stop.uninstall()
     reason = "interrupted" if stop.interrupted else result.reason

@@ -6,13 +6,7 @@ COMPLETE or RUNNING, so concurrent workers stop at exactly ``n_trials`` COMPLETE
 
 from __future__ import annotations
 
-import _thread
-import contextlib
 import logging
-import os
-import signal
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,6 +16,7 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError,
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from automl.errors import Aborted, AutomlError, InputRefused
+from automl.fleet.signals import GracefulStop  # also imported from here by its callers
 from automl.fleet.tracking import tracker
 from automl.inputs.data import cached_dataset
 from automl.records import CONVERGED_ATTR, DATA_ROOT_ATTR, MODEL_METRICS, STOP_ATTR
@@ -50,125 +45,6 @@ logger = logging.getLogger("automl.fleet.study_loop")
 WAITING_ON_OTHERS = "waiting-on-others"  # other workers hold the remaining trials
 # What the database driver raises when the server cannot be reached (DB-API's OperationalError).
 _CONNECTION_ERRORS = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
-
-
-class GracefulStop:
-    """SIGINT/SIGTERM ask the loop to stop after the running trial; a second SIGINT aborts.
-
-    Signals that arrive during one long C call (loading torch, say) reach the Python handler as
-    one call. The C handler writes one byte per signal to the wakeup pipe, so presses are counted
-    from it, and a second Ctrl-C is never taken for the first. SIGUSR1 aborts at once: a parent
-    passes its second Ctrl-C on to its helper processes that way.
-
-    A handler may run inside a weakref callback or a ``__del__`` (SQLAlchemy has them), where
-    Python swallows what it raises. An abort swallowed there is raised again, at once, in the
-    code that the callback interrupted.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.interrupted = False  # by Ctrl-C, not only by SIGTERM
-        self.aborted = False
-        self.helpers: list[int] = []  # pids told of a stop (SIGTERM) and an abort (SIGUSR1)
-        self._calls = 0  # SIGINT handler calls
-        self._bytes = 0  # SIGINT bytes read from the wakeup pipe
-        self._pipe: tuple[int, int, int] | None = None  # read end, write end, previous fd
-        self._previous: dict[int, object] = {}
-        self._previous_hook = sys.unraisablehook
-        self._reraise = False  # a swallowed abort waits to be raised again
-
-    def install(self, *, sigint: bool = True) -> GracefulStop:
-        """Install the handlers (main thread only).
-
-        Args:
-            sigint: Handle Ctrl-C; helper processes leave it ignored and follow their parent.
-
-        Returns:
-            This stop.
-        """
-        signums = [signal.SIGTERM, signal.SIGUSR1] + ([signal.SIGINT] if sigint else [])
-        self._previous = {signum: signal.signal(signum, self._handle) for signum in signums}
-        read, write = os.pipe()
-        os.set_blocking(read, False)
-        os.set_blocking(write, False)
-        self._pipe = (read, write, signal.set_wakeup_fd(write, warn_on_full_buffer=False))
-        # Optuna logs an aborted trial with the traceback of the KeyboardInterrupt.
-        logging.getLogger("optuna.study._optimize").addFilter(self._quiet_after_abort)
-        self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._swallowed
-        return self
-
-    def uninstall(self) -> None:
-        """Restore what :meth:`install` replaced."""
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        if self._pipe is not None:
-            read, write, previous_fd = self._pipe
-            signal.set_wakeup_fd(previous_fd)
-            os.close(read)
-            os.close(write)
-            self._pipe = None
-        logging.getLogger("optuna.study._optimize").removeFilter(self._quiet_after_abort)
-        sys.unraisablehook = self._previous_hook
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        if self._reraise:
-            self._reraise = False
-            raise Aborted
-        seen = max(self._calls, self._bytes)
-        self._calls += signum == signal.SIGINT
-        self._bytes += self._read_wakeups().count(signal.SIGINT)
-        presses = max(self._calls, self._bytes) - seen  # not yet acted on
-        if presses:
-            self.interrupted = True
-        if signum == signal.SIGTERM or (presses and seen == 0):
-            self._request("Ctrl-C" if presses else "SIGTERM")
-        if signum == signal.SIGUSR1 and not self.aborted:  # the parent may tell twice
-            self._abort("aborting: the parent process was interrupted")
-        if presses and seen + presses >= 2:
-            self._abort("second Ctrl-C: aborting; the running trial is marked FAIL")
-
-    def _read_wakeups(self) -> bytes:
-        if self._pipe is None:
-            return b""
-        chunks = []
-        with contextlib.suppress(BlockingIOError):
-            while chunk := os.read(self._pipe[0], 512):
-                chunks.append(chunk)
-        return b"".join(chunks)
-
-    def _request(self, by: str) -> None:
-        if self.requested:
-            return
-        self.requested = True
-        self._tell_helpers(signal.SIGTERM)
-        again = " (Ctrl-C again aborts it)" if by == "Ctrl-C" else ""
-        logger.warning(
-            "stop requested by %s: finishing the running trial, then exiting%s", by, again
-        )
-
-    def _abort(self, message: str) -> None:
-        self.aborted = True
-        self._tell_helpers(signal.SIGUSR1)
-        logger.warning(message)
-        raise Aborted
-
-    def _swallowed(self, unraisable: sys.UnraisableHookArgs) -> None:
-        if not isinstance(unraisable.exc_value, Aborted):
-            self._previous_hook(unraisable)
-            return
-        # Raising here would be swallowed too: a thread trips the handler once this returns.
-        self._reraise = True
-        timer = threading.Timer(0.01, _thread.interrupt_main, (signal.SIGUSR1,))
-        timer.daemon = True
-        timer.start()
-
-    def _tell_helpers(self, signum: int) -> None:
-        for pid in self.helpers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-
-    def _quiet_after_abort(self, _record: logging.LogRecord) -> bool:
-        return not self.aborted
 
 
 @dataclass
@@ -255,10 +131,16 @@ def run_study_loop(
             if reason:
                 return LoopResult(ran=ran, reason=reason)
             logger.info("study %s: starting a trial on %s", name, spec.target)
-            study.optimize(
-                objective, n_trials=1, catch=(Exception,), callbacks=callbacks,
-                gc_after_trial=False,
-            )  # fmt: skip
+            if stop is not None:
+                stop.trial_begins(_mean_complete_s(study))
+            try:
+                study.optimize(
+                    objective, n_trials=1, catch=(Exception,), callbacks=callbacks,
+                    gc_after_trial=False,
+                )  # fmt: skip
+            finally:
+                if stop is not None:
+                    stop.trial_ends()
             if stop is not None and stop.aborted:  # an abort that a library turned into an error
                 raise Aborted
             if objective.unavailable is not None:  # every trial here would fail: stop this loop
@@ -316,6 +198,19 @@ def _check_inputs(study: optuna.Study, spec: StudySpec, objective: StudyObjectiv
         logger.exception("study %s: checking its inputs raised %s", spec.name, type(e).__name__)
         refuse_study(study, reason)
         raise InputRefused(reason) from e
+
+
+def _mean_complete_s(study: optuna.Study) -> float | None:
+    """The mean duration of the study's COMPLETE trials (None before the first): read from
+    the trial cache, which reads only the trials that are new since its last read."""
+    states = (optuna.trial.TrialState.COMPLETE,)
+    trials = study._storage.get_all_trials(study._study_id, deepcopy=False, states=states)
+    spans = [
+        (t.datetime_complete - t.datetime_start).total_seconds()
+        for t in trials
+        if t.datetime_complete is not None and t.datetime_start is not None
+    ]
+    return sum(spans) / len(spans) if spans else None
 
 
 class _KnownFailureFilter(logging.Filter):

@@ -130,3 +130,30 @@ def test_two_quick_ctrl_c_abort_every_job_even_during_imports(cli, tmp_path):
     while group_alive(process.pid):
         assert time.monotonic() < deadline, "a helper process outlived the abort"
         time.sleep(0.1)
+
+
+def test_a_second_sigterm_aborts_every_job_now_and_says_so_first(cli, tmp_path):
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(PACED % 1000)
+    args = [*AUTOML, "study", "start", "--space", str(slow), "--n-trials", "2", "--name", "k"]
+    run = CliRun([*args, "--jobs", "2"], tmp_path, cli.env, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while count_state(cli.storage, "RUNNING") < 2:
+        assert run.process.poll() is None and time.monotonic() < deadline, "no two trials started"
+        time.sleep(0.05)
+    os.killpg(run.process.pid, signal.SIGTERM)  # as systemd stops a unit: the whole group
+    run.wait_for("stop requested by SIGTERM")
+    time.sleep(2)  # the helper got it twice (from systemd and from job 0): still one request
+    assert count_state(cli.storage, "RUNNING") == 2
+    os.killpg(run.process.pid, signal.SIGTERM)
+    stdout, stderr = run.finish(timeout=120)
+    assert run.process.returncode == 0, stderr  # SIGTERM is a requested stop, as docs/cli.md says
+    said = " ".join(stdout.split())  # the console wraps long lines
+    assert "how long it takes is unknown: no trial of this study has completed yet" in said
+    assert "A second SIGTERM (or Ctrl-C) stops it now (it is marked FAIL)" in said
+    assert "Study k ended: aborted by a second SIGTERM" in stdout
+    assert "Resume with: automl study start --name k --jobs 2" in stdout
+    assert "Traceback" not in stdout + stderr
+    trials = optuna.load_study(study_name="k", storage=cli.storage).trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert all(t.user_attrs["fail_reason"].startswith("interrupted") for t in trials)

@@ -7,7 +7,7 @@ import importlib
 import torch
 
 from automl.fleet.scheduler import work
-from automl.fleet.study_loop import GracefulStop
+from automl.fleet.signals import GracefulStop
 from automl.search.spec import parse_spec
 from automl.service.create import create_study
 from automl.service.studies import get_study
