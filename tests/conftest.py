@@ -79,8 +79,11 @@ def digits() -> Dataset:
     return load_dataset("digits", seed=0)
 
 
-def run_cli_study(root: Path, spec: dict, enqueued: list[dict]) -> dict:
-    """Create the study in ``root``, enqueue ``enqueued`` params, then run the real CLI on it.
+def run_cli_study(
+    root: Path, spec: dict, enqueued: list[dict], zygote: Zygote | None = None
+) -> dict:
+    """Create the study in ``root``, enqueue ``enqueued`` params, then run the real CLI on it,
+    forked from ``zygote`` if one is given (the ``zygote`` fixture).
 
     Returns:
         ``root``, ``env`` (for further CLI calls), ``storage``, ``store`` and ``study``.
@@ -95,9 +98,15 @@ def run_cli_study(root: Path, spec: dict, enqueued: list[dict]) -> dict:
     study = create_study(parse_spec(spec), storage)
     for params in enqueued:
         study.enqueue_trial(params)
-    automl = Path(sys.executable).with_name("automl")
-    command = [automl, "study", "start", "spec.yaml"]  # runs the enqueued trials first
-    subprocess.run(command, cwd=root, env=env, check=True, capture_output=True, timeout=300)
+    args = ["study", "start", "spec.yaml"]  # runs the enqueued trials first
+    if zygote is None:
+        automl = Path(sys.executable).with_name("automl")
+        subprocess.run(
+            [automl, *args], cwd=root, env=env, check=True, capture_output=True, timeout=300
+        )
+    else:
+        done = zygote.run(args, cwd=root, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
     return {
         "root": root,
         "env": env,
@@ -306,7 +315,24 @@ _END_TO_END_FIXTURES = frozenset({"cli", "run_api", "api_server"})
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``e2e`` every test that runs the command or a server (``make test-fast`` skips
-    them, with the ``slow`` ones; ``make test`` runs everything)."""
+    them, with the ``slow`` ones; ``make test`` runs everything), then put the modules of
+    slow tests first, and of e2e tests next (see :func:`_longest_first`)."""
     for item in items:
         if _END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+    _longest_first(items)
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Order the modules slow, then e2e, then the rest, each module kept whole and in order.
+
+    ``--dist loadgroup`` hands tests out in this order: a long test handed out last keeps one
+    worker busy while the other has nothing left to do, so the long ones go first and the
+    short unit tests fill in at the end. A module stays together, so that each worker sets up
+    its module fixtures once.
+    """
+    rank: dict[Path, int] = {}
+    for item in items:
+        cost = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2
+        rank[item.path] = min(rank.get(item.path, 2), cost)
+    items.sort(key=lambda item: rank[item.path])

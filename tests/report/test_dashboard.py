@@ -39,8 +39,9 @@ RECORDED = {
 
 
 @pytest.fixture(scope="module")
-def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return run_cli_study(tmp_path_factory.mktemp("dashboard"), SPEC, FEASIBLE_AND_INFEASIBLE)
+def study_run(tmp_path_factory: pytest.TempPathFactory, zygote) -> dict:
+    root = tmp_path_factory.mktemp("dashboard")
+    return run_cli_study(root, SPEC, FEASIBLE_AND_INFEASIBLE, zygote)
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,8 @@ SPEC = {
 
 
 @pytest.fixture(scope="module")
-def study_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    run = run_cli_study(tmp_path_factory.mktemp("report"), SPEC, FEASIBLE_AND_INFEASIBLE)
+def study_run(tmp_path_factory: pytest.TempPathFactory, zygote) -> dict:
+    run = run_cli_study(tmp_path_factory.mktemp("report"), SPEC, FEASIBLE_AND_INFEASIBLE, zygote)
     failed = create_trial(
         state=TrialState.FAIL,
         params={"arch.width": 16},

@@ -12,9 +12,12 @@ from automl.trials.stage_cache import StageCache
 from automl.trials.trial import run_trial
 
 pytest_plugins = ["family_data"]
-# One process runs them all, in order: a family's first method builds the model the others reuse.
-pytestmark = pytest.mark.xdist_group("families")
 CPU = load_target("cpu")
+# One process runs a family's tests, in order: its first method builds the model the others
+# reuse. The families share nothing, so two processes share them out.
+FAMILIES = [
+    pytest.param(case, marks=pytest.mark.xdist_group(f"family-{case}")) for case in FAMILY_CASES
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def cache(tmp_path_factory) -> StageCache:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", CPU.methods)
-@pytest.mark.parametrize("case", FAMILY_CASES)
+@pytest.mark.parametrize("case", FAMILIES)
 def test_a_trial_of_each_family_runs_each_cpu_method(family_data, cache, case, method, tmp_path):
     name, arch = FAMILY_CASES[case]
     data = family_data[name]
