@@ -86,7 +86,9 @@ def test_submitted_study_runs_on_a_local_worker_and_its_model_runs_in_ort(
     log = tmp_path / "serve.log"
     headers = {"Authorization": f"Bearer {api_token}"}
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as api_client:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60
+        ) as api_client:
             _wait_until(
                 lambda: api_client.get("/healthz").status_code == 200, 30, "no /healthz", log
             )
