@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 
@@ -39,24 +40,47 @@ def test_bits_the_target_cannot_run_are_refused_before_running(env, tmp_path):
         create_study(_spec(search_space=str(space)), env[1])
 
 
+# A racer imports first, then creates each study named on its stdin: the two creates of a round
+# start together, not seconds of imports apart.
+RACER = """
+import sys
+from automl.search.spec import parse_spec
+from automl.service.create import create_study
+from automl.settings import Settings
+from automl.storage.factory import open_storage
+
+settings = Settings(storage=sys.argv[1])
+for name in sys.stdin:
+    spec = parse_spec({"name": name.strip(), "search_space": "digits-mlp"})
+    create_study(spec, open_storage(sys.argv[1], settings), check_data=False)
+    print("ok", flush=True)
+"""
+
+
+def _answer(racer: subprocess.Popen) -> str:
+    ready, _, _ = select.select([racer.stdout], [], [], 120)
+    return racer.stdout.readline().strip() if ready else "(no answer in 120 s)"
+
+
 @pytest.mark.e2e  # processes of their own
 def test_racing_creates_of_one_new_study_both_get_it(tmp_path):
     """Two processes starting one new study at once: neither crashes, both get the study."""
     url = f"sqlite:///{tmp_path}/race.db"
-    code = (
-        "import sys; from automl.settings import Settings; from automl.search.spec import parse_spec;"
-        "from automl.storage.factory import open_storage; from automl.service.create import create_study;"
-        "s = Settings(storage=sys.argv[1]);"
-        "create_study(parse_spec({'name': sys.argv[2], 'search_space': 'digits-mlp'}),"
-        " open_storage(sys.argv[1], s), check_data=False); print('ok')"
-    )
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    racers = [
+        subprocess.Popen([sys.executable, "-c", RACER, url], text=True, **pipes) for _ in range(2)
+    ]
     for round_ in range(4):
-        name = f"race-{round_}"
-        args = [sys.executable, "-c", code, url, name]
-        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-        starts = [subprocess.Popen(args, **pipes) for _ in range(2)]
-        outputs = [p.communicate(timeout=120) for p in starts]
-        assert [p.returncode for p in starts] == [0, 0], outputs
+        for racer in racers:
+            racer.stdin.write(f"race-{round_}\n")
+            racer.stdin.flush()
+        answers = [_answer(racer) for racer in racers]
+        if answers != ["ok", "ok"]:
+            pytest.fail(
+                f"round {round_}: {answers}, {[r.communicate(timeout=120) for r in racers]}"
+            )
+    outputs = [racer.communicate(timeout=120) for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0], outputs
     names = [s.study_name for s in optuna.get_all_study_summaries(url)]
     assert sorted(names) == [f"race-{i}" for i in range(4)]
 
