@@ -66,14 +66,15 @@ def _trained_model(model: dict, settings: Settings) -> dict:
 
 
 def public_spec(spec: dict, settings: Settings) -> dict:
-    """A stored spec as a client sees it: paths as given, relative to the data root."""
+    """A stored spec as a client sees it: paths relative to the data root; a path outside it
+    (a study the CLI created on the same storage) by its file name, never the server's path."""
     root = settings.data_root.resolve()
 
     def relative(path: str) -> str:
         given = Path(path)
-        if given.is_absolute() and given.is_relative_to(root):
-            return given.relative_to(root).as_posix()
-        return path
+        if not given.is_absolute():
+            return path
+        return given.relative_to(root).as_posix() if given.is_relative_to(root) else given.name
 
     shown = {**spec, "dataset": relative(spec["dataset"])}
     if spec.get("model"):

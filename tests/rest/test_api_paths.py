@@ -147,3 +147,14 @@ def test_a_study_the_worker_refused_names_its_weights_by_their_path_in_the_data_
         study = client.get(f"/v1/studies/{name}").json()
     assert study["state"] == "failed"
     assert "weights 'models/wrongshape.pt' do not fit" in study["error"], study["error"]
+
+
+def test_a_spec_path_outside_the_data_root_is_shown_by_its_name(tmp_path):
+    from api.policy import public_spec
+    from automl.settings import Settings
+
+    settings = Settings(data_root=tmp_path / "data")
+    spec = {"dataset": "/srv/cli/wine.npz", "model": {"weights": str(tmp_path / "data/m/w.pt")}}
+    shown = public_spec(spec, settings)
+    assert (shown["dataset"], shown["model"]["weights"]) == ("wine.npz", "m/w.pt")
+    assert public_spec({"dataset": "digits"}, settings)["dataset"] == "digits"
