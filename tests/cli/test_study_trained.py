@@ -98,6 +98,7 @@ def raw_pixels(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("raw_pixels")  # one process trains raw_pixels' models, once
 @pytest.mark.parametrize(("factory", "layer"), [("sequential", "6"), ("deep_narrow", "38")])
 def test_an_unnamed_sequential_and_a_deep_narrow_model_are_optimized(
     trained_cli, raw_pixels, factory, layer
@@ -118,6 +119,7 @@ def digits_cnn_untrained():
     return digits_cnn()
 
 
+@pytest.mark.xdist_group("raw_pixels")
 def test_a_baseline_at_chance_exits_non_zero_with_the_preprocessing_hint(trained_cli, raw_pixels):
     torch.save(digits_cnn_untrained().state_dict(), trained_cli.root / "random.pt")
     done = trained_cli(
