@@ -7,6 +7,10 @@ import re
 import subprocess
 import sys
 
+# Plugins that a pytest run of the suite's own machinery does not use: each costs every process
+# about 3 s of imports (schemathesis, with hypothesis).
+UNUSED_PLUGINS = ("-p", "no:schemathesis", "-p", "no:hypothesispytest", "-p", "no:anyio")
+
 
 def test_an_xdist_group_runs_whole_in_one_worker(tmp_path) -> None:
     """``--dist loadgroup`` keeps a marked module on one worker, where its module fixtures run
@@ -18,8 +22,8 @@ def test_an_xdist_group_runs_whole_in_one_worker(tmp_path) -> None:
         "def test_it(i):\n    pass\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "2",
-         "--dist", "loadgroup", "-o", "addopts=", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-n",
+         "2", "--dist", "loadgroup", "-o", "addopts=", str(tmp_path)],
         capture_output=True, text=True, cwd=tmp_path, check=False,
     )  # fmt: skip
     workers = set(re.findall(r"\[(gw\d)\] .* PASSED", done.stdout))

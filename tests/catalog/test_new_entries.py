@@ -23,6 +23,7 @@ def run_contract(tmp_path: Path, plugin: str, suite: str, name: str) -> str:
     (tmp_path / "throwaway_entry.py").write_text(plugin)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "tests")])}
     command = [sys.executable, "-m", "pytest", suite, "-p", "throwaway_entry", "-q"]
+    command += ["-p", "no:schemathesis", "-p", "no:hypothesispytest"]  # unused: 3 s of imports
     out = subprocess.run(
         [*command, "-k", name, "-p", "no:cacheprovider"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
