@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from automl.targets import Target
     from automl.trials.stage_cache import StageCache
 
-INTERRUPTED = "interrupted: a second Ctrl-C aborted the trial"
+INTERRUPTED = "interrupted: a second stop signal (Ctrl-C or SIGTERM) aborted the trial"
 DISK_FULL = (
     "no space left on device (or over quota): this worker stops; free space in "
     "AUTOML_ARTIFACTS_DIR and the temporary folder, then resume"
