@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from automl.errors import SpecError
+from automl.errors import InputRefused, SpecError
 from automl.models import WRAPPED, LogitsOf
 from automl.plugins import import_plugin
 
@@ -96,7 +96,8 @@ def open_trained(
     returns, when it returns more than a tensor.
 
     Raises:
-        SpecError: The weights file is missing, unreadable or empty.
+        SpecError: The weights file is missing or unreadable here.
+        InputRefused: The weights file is empty.
     """
     path = Path(weights).expanduser()
     if not path.is_file():
@@ -105,8 +106,8 @@ def open_trained(
         content = path.read_bytes()
     except OSError as e:
         raise SpecError(f"weights file {str(weights)!r} cannot be read: {e}") from None
-    if not content:
-        raise SpecError(
+    if not content:  # wrong on every host: its study fails, rather than waits for another
+        raise InputRefused(
             f"weights file {str(weights)!r} is empty (0 bytes): save it with "
             "torch.save(model.state_dict(), path)"
         )

@@ -75,3 +75,28 @@ def test_a_study_whose_input_check_raises_unexpectedly_fails_alone_and_the_worke
     assert get_study("good", storage).counts["COMPLETE"] == 1
     (logged,) = [r for r in caplog.records if "checking its inputs raised" in r.getMessage()]
     assert logged.exc_info is not None  # the traceback, for the operator
+
+
+def test_a_study_whose_weights_file_is_empty_fails_and_the_worker_goes_on(env, tmp_path):
+    settings, storage, store = env
+    (tmp_path / "empty.pt").write_bytes(b"")
+    model = {"factory": "trained_factories:digits_cnn", "weights": str(tmp_path / "empty.pt")}
+    bad = {"name": "bad", "search_space": "trained-model", "n_trials": 2, "model": model}
+    create_study(parse_spec(bad), storage, check_data=False)
+    (tmp_path / "quick.yaml").write_text(QUICK)
+    good = {"name": "good", "search_space": str(tmp_path / "quick.yaml"), "n_trials": 1}
+    create_study(parse_spec(good), storage, check_data=False)
+
+    ran = work(
+        cached(storage), artifact_store=store, settings=settings, stop=GracefulStop(),
+        exit_when_idle=True, poll_s=0.1,
+    )  # fmt: skip
+
+    assert ran == 1
+    failed = get_study("bad", storage)
+    assert (failed.state, failed.error) == (
+        "failed",
+        f"weights file {str(tmp_path / 'empty.pt')!r} is empty (0 bytes): save it with "
+        "torch.save(model.state_dict(), path)",
+    )
+    assert get_study("good", storage).counts["COMPLETE"] == 1
