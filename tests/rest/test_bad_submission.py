@@ -17,6 +17,7 @@ import pytest
 import torch
 
 pytestmark = pytest.mark.e2e  # a real `automl serve`, its real local worker
+pytest_plugins = ["api_fixtures"]  # its responses are scanned for server paths too
 
 TOKEN = "bad-submission-token-0123456789"
 # The factory of both bad submissions. Its model runs once and then raises: the model's check
