@@ -51,3 +51,15 @@ def fail(error: Exception) -> typer.Exit:
 def print_json(value: object) -> None:
     """Print ``value`` as indented JSON (anything unknown as its ``str``)."""
     typer.echo(json.dumps(value, indent=2, default=str))
+
+
+def require_artifacts_writable() -> None:
+    """Refuse an artifacts folder that trials could not write their models to.
+
+    Raises:
+        SpecError: The folder cannot be created or written.
+    """
+    from automl.settings import get_settings
+    from automl.storage.artifacts import require_writable
+
+    require_writable(get_settings().artifacts_dir, "AUTOML_ARTIFACTS_DIR")

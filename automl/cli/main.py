@@ -16,6 +16,7 @@ from automl.cli.common import (
     fail,
     open_cli_storage,
     print_json,
+    require_artifacts_writable,
     shown_url,
 )
 from automl.cli.results import register as register_results
@@ -155,6 +156,7 @@ def _work(
             require_present(load_target(target))
         targets = {target} if target else {t.name for t in list_targets() if is_present(t)}
         store = open_cli_storage(storage)
+        require_artifacts_writable()  # before a trial is taken and fails on it
         names = {n.strip() for item in studies or [] for n in item.split(",") if n.strip()}
         for name in sorted(names):
             _require_servable(name, store, targets)

@@ -13,6 +13,7 @@ from automl.cli.common import (
     console,
     fail,
     open_cli_storage,
+    require_artifacts_writable,
     shown_url,
 )
 from automl.errors import AutomlError, SpecError
@@ -117,7 +118,7 @@ def start(
         from automl.fleet.preflight import prepare_studies  # after the spec is found valid
 
         if not detach:  # torch and the study loop: only where trials run
-            _require_artifacts_writable()  # before any study is created
+            require_artifacts_writable()  # before any study is created
             from automl.fleet.local import run_here
 
         runnable = prepare_studies(
@@ -280,11 +281,3 @@ def stop(name: str, storage: StorageOpt = None) -> None:
         f"{resume_command(name, storage, detach=not here)}",
         highlight=False,
     )
-
-
-def _require_artifacts_writable() -> None:
-    """Refuse an artifacts folder that trials could not write their models to."""
-    from automl.settings import get_settings
-    from automl.storage.artifacts import require_writable
-
-    require_writable(get_settings().artifacts_dir, "AUTOML_ARTIFACTS_DIR")

@@ -12,10 +12,8 @@ import numpy as np
 import onnxruntime as ort
 import optuna
 from cli_runs import AUTOML, count_state
-from disks import FILLER, fill, tmpfs
 
 from automl.inputs.data import load_dataset
-from automl.trials.objective import DISK_FULL
 
 
 def _values(trial: dict) -> tuple[float, float]:
@@ -379,47 +377,3 @@ def test_a_serving_study_whose_harness_is_too_slow_for_its_slo_is_refused(cli):
     assert done.returncode == 2
     assert "the load harness alone takes p99" in done.stderr and "0.0001 ms SLO" in done.stderr
     assert optuna.get_all_study_names(cli.storage) == []  # refused before any study exists
-
-
-def test_a_read_only_artifacts_folder_is_refused_before_a_study_is_created(cli):
-    folder = cli.root / "artifacts"
-    with tmpfs(folder, size_kb=64, read_only=True):  # root writes through permission bits
-        out = cli("study", "start", "--space", "digits-mlp", "--n-trials", "2", check=False)
-    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert " ".join(out.stderr.split()) == (
-        f"error: artifacts folder '{folder}' cannot be written: Read-only file system; "
-        "give a writable AUTOML_ARTIFACTS_DIR"
-    )
-    assert json.loads(cli("study", "list", "--json").stdout) == []  # none left queued 0/2
-
-
-_WIDE = """name: wide
-params:
-  arch.family: {type: fixed, value: mlp}
-  arch.width: {type: fixed, value: 256}
-  arch.depth: {type: fixed, value: 2}
-  batch_size: {type: fixed, value: 1}
-  train.epochs: {type: fixed, value: 1}
-"""
-
-
-def test_a_full_disk_stops_the_study_at_its_first_trial_and_leaves_no_partial_file(cli):
-    (cli.root / "wide.yaml").write_text(_WIDE)  # its model takes about 300 KB
-    with tmpfs(cli.root / "artifacts", size_kb=512) as folder:
-        (folder / "cache").mkdir()  # made by an earlier study
-        fill(folder, leave_kb=64)  # room for the start's check, not for a model
-        out = cli("study", "start", "--space", "wide.yaml", "--n-trials", "4", "--name", "full",
-                  check=False)  # fmt: skip
-        files = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
-                 if not p.is_dir()}  # fmt: skip
-    said = out.stdout + out.stderr
-    assert out.returncode == 3 and "Traceback" not in said, said
-    assert [f for f in files if "/" not in f] == [FILLER]  # no model, whole or partial
-    cached = [f for f in files if f.startswith("cache/")]
-    assert all(f.endswith(".json") for f in cached)  # no temporary file, no partial .onnx
-    assert all(json.loads(files[f]) for f in cached)  # the small entries that fitted are whole
-    trials = optuna.load_study(study_name="full", storage=cli.storage).trials
-    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL]
-    reason = trials[0].user_attrs["fail_reason"]
-    assert reason.startswith("DiskFull: no space left on device") and "\n" not in reason
-    assert out.stderr.splitlines()[-1] == f"error: {DISK_FULL}"  # said once, in one line
