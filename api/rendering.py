@@ -80,3 +80,7 @@ class RenderedFronts:
             cached = (front.key, ParetoOut.of(study, front).model_dump_json().encode())
             self._bodies[study] = cached
         return cached[1]
+
+    def forget(self, study: str) -> None:
+        """Drop the body of a deleted study: a new study of its name may reuse its key."""
+        self._bodies.pop(study, None)

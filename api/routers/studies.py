@@ -1,4 +1,4 @@
-"""``/v1/studies``: submit, list, read and stop studies, and read their Pareto fronts."""
+"""``/v1/studies``: submit, list, read, stop and delete studies, and read their Pareto fronts."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import (
+    ArtifactStoreDep,
     IdempotencyKey,
     PageDep,
     RenderedFrontsDep,
@@ -18,12 +19,14 @@ from api.deps import (
     StorageDep,
     StudyName,
 )
+from api.errors import ApiError
 from api.model_check import check_model
 from api.policy import check_spec
 from api.rendering import API_MODEL_HREF, JsonBytes, front_csv, report_html
 from api.schemas import ErrorOut, ParetoOut, StudyOut, StudyPage
 from automl.report.html import render_report_html
 from automl.search.spec import StudySpec
+from automl.service.delete import StudyRunning, delete_study
 from automl.service.read import study_page
 from automl.service.studies import get_study, request_stop
 from automl.service.submissions import submit_study
@@ -87,6 +90,33 @@ def stop_study(name: StudyName, storage: StorageDep, settings: SettingsDep) -> S
     """Ask the workers to stop the study after their running trials."""
     request_stop(name, storage)
     return StudyOut.of(get_study(name, storage), settings, _serving(storage, settings))
+
+
+@router.delete(
+    "/{name}",
+    status_code=204,
+    response_class=Response,
+    responses={
+        **_NOT_FOUND,
+        409: {"model": ErrorOut, "description": "Trials are running: stop the study first."},
+    },
+)
+async def delete(
+    name: StudyName,
+    storage: StorageDep,
+    artifacts: ArtifactStoreDep,
+    snapshots: SnapshotsDep,
+    fronts: RenderedFrontsDep,
+) -> Response:
+    """Delete the study, its trials and their models; a study with running trials is refused
+    (``POST /v1/studies/{name}/stop`` first, then delete it once they have finished)."""
+    try:
+        await run_in_threadpool(delete_study, name, storage, artifacts)
+    except StudyRunning as e:
+        raise ApiError(409, "study_running", str(e)) from None
+    snapshots.forget(name)  # a new study of this name must not be served the old one's trials
+    fronts.forget(name)
+    return Response(status_code=204)
 
 
 @router.get(

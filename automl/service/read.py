@@ -72,6 +72,20 @@ def study_page(
     return len(names), [get_study(name, storage) for name in names[offset:end]]
 
 
+def study_trials(
+    name: str, storage: BaseStorage, *, state: str | None = None
+) -> tuple[StudySpec, list[TrialRecord]]:
+    """Every trial of study ``name`` by number (optionally of one state), read as REST's
+    ``GET /v1/studies/{name}/trials`` reads its pages, and the study's spec.
+
+    Raises:
+        StudyNotFound: No such study.
+    """
+    snapshots = StudySnapshots()
+    records = snapshots.trial_page(name, storage, state=state, offset=0, limit=None)[1]
+    return snapshots.front(name, storage).spec, records
+
+
 def trial_detail(name: str, storage: BaseStorage, number: int) -> dict:
     """Everything recorded about one trial: metrics, stage timings, failure reason, timing.
 
@@ -240,17 +254,23 @@ class StudySnapshots:
             return None
         return snapshot.front
 
+    def forget(self, name: str) -> None:
+        """Drop study ``name``'s snapshot, once the study is deleted: a new study of that name
+        is read afresh."""
+        self._snapshots.pop(name, None)
+
     def trial_page(
-        self, name: str, storage: BaseStorage, *, state: str | None, offset: int, limit: int
-    ) -> tuple[int, list[dict]]:
-        """One page of trial records by number, optionally of one state, and their total.
+        self, name: str, storage: BaseStorage, *, state: str | None, offset: int, limit: int | None
+    ) -> tuple[int, list[TrialRecord]]:
+        """One page of trial records by number, optionally of one state, and their total;
+        ``limit=None`` takes every trial from ``offset`` on.
 
         Raises:
             StudyNotFound: No such study.
         """
         snapshot = self._get(name, storage)
         trials = snapshot.trials if state is None else snapshot.by_state.get(state, [])
-        page = trials[offset : offset + limit]
+        page = trials[offset : None if limit is None else offset + limit]
         front = {r.number for r in snapshot.front.trials if r.on_front}
         return len(trials), [trial_record(t, snapshot.spec, front) for t in page]
 

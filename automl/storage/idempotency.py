@@ -94,3 +94,17 @@ def _claim_locally(key_sha256: str, request_sha256: str, study_name: str) -> Cla
             return Claim(found.request_sha256, found.study_name, new=False)
         _local[key_sha256] = Claim(request_sha256, study_name, new=False)
     return Claim(request_sha256, study_name, new=True)
+
+
+def release_study_keys(storage: BaseStorage, study_name: str) -> None:
+    """Forget every claim that names ``study_name``, once that study is deleted: a retry of
+    the request that created it then creates it anew instead of waiting for it."""
+    engine = engine_of(storage)
+    if engine is None:
+        with _lock:
+            for key in [k for k, c in _local.items() if c.study_name == study_name]:
+                del _local[key]
+        return
+    ensure_tables(engine)
+    with engine.begin() as connection:
+        connection.execute(delete(KEYS).where(KEYS.c.study_name == study_name))
