@@ -77,6 +77,8 @@ def public_spec(spec: dict, settings: Settings) -> dict:
         return given.relative_to(root).as_posix() if given.is_relative_to(root) else given.name
 
     shown = {**spec, "dataset": relative(spec["dataset"])}
+    if "search_space" in spec:  # a space file the CLI was given
+        shown["search_space"] = relative(spec["search_space"])
     if spec.get("model"):
         shown["model"] = {**spec["model"], "weights": relative(spec["model"]["weights"])}
     return shown

@@ -154,7 +154,13 @@ def test_a_spec_path_outside_the_data_root_is_shown_by_its_name(tmp_path):
     from automl.settings import Settings
 
     settings = Settings(data_root=tmp_path / "data")
-    spec = {"dataset": "/srv/cli/wine.npz", "model": {"weights": str(tmp_path / "data/m/w.pt")}}
+    spec = {
+        "dataset": "/srv/cli/wine.npz",
+        "search_space": "/home/op/spaces/mine.yaml",
+        "model": {"weights": str(tmp_path / "data/m/w.pt")},
+    }
     shown = public_spec(spec, settings)
-    assert (shown["dataset"], shown["model"]["weights"]) == ("wine.npz", "m/w.pt")
-    assert public_spec({"dataset": "digits"}, settings)["dataset"] == "digits"
+    assert (shown["dataset"], shown["search_space"]) == ("wine.npz", "mine.yaml")
+    assert shown["model"]["weights"] == "m/w.pt"
+    builtin = public_spec({"dataset": "digits", "search_space": "digits-mlp"}, settings)
+    assert (builtin["dataset"], builtin["search_space"]) == ("digits", "digits-mlp")
