@@ -21,6 +21,8 @@ from automl.errors import AutomlError, SpecError
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
+    from automl.search.spec import StudySpec
+
 study_app = typer.Typer(
     help="Create, run and inspect studies.", no_args_is_help=True, rich_markup_mode=None
 )
@@ -48,6 +50,14 @@ def start(
     constraint: Annotated[
         list[str] | None,
         typer.Option(help="A budget, e.g. 'latency_p99_ms <= 10' (repeat for more)."),
+    ] = None,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option(help="A serving study's p99 bound in ms (its spec's serving.slo_p99_ms)."),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(help="A serving study's Poisson rate, requests/s or max (serving.rate_rps)."),
     ] = None,
     storage: StorageOpt = None,
     jobs: Annotated[int, typer.Option(help="Local worker processes.", min=1)] = 1,
@@ -111,9 +121,11 @@ def start(
             import optuna
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
+        load = _given({"slo_p99_ms": slo_p99_ms, "rate_rps": _number_or_max(rate)})
         store = open_cli_storage(storage) if _names_a_study(spec_file, target, overrides) else None
         specs = store and _stored_spec(store, overrides)
         specs = specs or _specs_per_target(spec_file, target, overrides)
+        specs = [_with_load(spec, load) for spec in specs]
         store = store or open_cli_storage(storage)
         from automl.fleet.preflight import prepare_studies  # after the spec is found valid
 
@@ -211,6 +223,55 @@ def _names_a_study(spec_file: Path | None, target: str | None, overrides: dict) 
     )  # fmt: skip
     named = overrides["name"] is not None and spec_file is None and target is None
     return named and all(overrides[key] is None for key in spec_options)
+
+
+# The options of a serving scenario's fields, as messages name them.
+_LOAD_OPTIONS = {"slo_p99_ms": "--slo-p99-ms", "rate_rps": "--rate"}
+
+
+def _with_load(spec: StudySpec, load: dict) -> StudySpec:
+    """``spec`` with the serving scenario (its own, else its space's) that ``--slo-p99-ms`` and
+    ``--rate`` (in ``load``) change; the objectives follow the rate, as in a spec file.
+
+    Raises:
+        SpecError: ``load`` is given for a space that serves nothing, or a value is refused.
+    """
+    if not load:
+        return spec
+    from pydantic import ValidationError
+
+    from automl.errors import validation_message
+    from automl.search.space import load_space
+    from automl.search.spec import Serving, parse_spec
+
+    space = load_space(spec.search_space)
+    scenario = spec.serving or space.serving
+    knobs = (param.sets or key for key, param in space.params.items())
+    if scenario is None and not any(knob.startswith("serving.") for knob in knobs):
+        flags = " and ".join(_LOAD_OPTIONS[key] for key in load)
+        raise SpecError(
+            f"{flags}: search space {space.name!r} serves nothing, it has no serving "
+            "scenario; use a serving space such as --space digits-serving, or a spec file "
+            "with serving: {rate_rps: max, slo_p99_ms: 10}"
+        )
+    given = scenario.model_dump(mode="json") if scenario else {}
+    try:
+        scenario = Serving.model_validate({**given, **load})
+    except ValidationError as e:
+        item = e.errors()[0]
+        where = _LOAD_OPTIONS.get(str(item["loc"][0]) if item["loc"] else "", "--rate")
+        raise SpecError(f"{where}: {validation_message(item)}") from None
+    unset = spec.model_dump(mode="json", exclude_unset=True)  # so the objectives follow
+    return parse_spec({**unset, "serving": scenario.model_dump(mode="json")})
+
+
+def _number_or_max(rate: str | None) -> float | str | None:
+    """``--rate`` as a number where it reads as one, else as given (``max``, or text that the
+    scenario refuses)."""
+    try:
+        return float(rate) if rate is not None and rate != "max" else rate
+    except ValueError:
+        return rate
 
 
 def _stored_spec(store: BaseStorage, overrides: dict) -> list | None:

@@ -10,6 +10,7 @@ the one pre-flight of :mod:`automl.service.preflight`.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
     from automl.search.spec import StudySpec
+
+# The SLO suggested to a refused serving study leaves its harness floor this much room.
+_SLO_HEADROOM = 1.5
 
 
 def prepare_studies(
@@ -105,5 +109,20 @@ def check_harness(spec: StudySpec) -> None:
             f"the load harness alone takes p99 {floor.p99_ms:.3g} ms at {floor.rate_rps:,.0f} "
             f"requests/s on this host, more than {MAX_FLOOR_SHARE:.0%} of the "
             f"{scenario.slo_p99_ms:g} ms SLO: its figures would measure the harness, not the "
-            "model. Raise slo_p99_ms, or run on a host with idle cores"
+            f"model. Raise it with --slo-p99-ms {suggested_slo_ms(floor.p99_ms):g} (or "
+            "slo_p99_ms in the spec's serving:), or run on a host with idle cores"
         )
+
+
+def suggested_slo_ms(floor_p99_ms: float) -> float:
+    """The least round SLO (1, 2 or 5 × 10^k ms) within which a harness floor of
+    ``floor_p99_ms`` is under ``MAX_FLOOR_SHARE`` with room to spare.
+
+    The room, :data:`_SLO_HEADROOM`, is for the floor's own spread: the same busy host measured
+    it from 3.8 to 7 ms, and each trial is judged on it again after its load runs.
+    """
+    from automl.pipeline.serving_floor import MAX_FLOOR_SHARE
+
+    least = floor_p99_ms / MAX_FLOOR_SHARE * _SLO_HEADROOM
+    scale = 10.0 ** math.floor(math.log10(least))
+    return next(step * scale for step in (1, 2, 5, 10) if step * scale >= least)

@@ -98,6 +98,8 @@ def study_panel(info: StudyInfo) -> Panel:
         f"[bold]state[/] {info.state}   "
         + "   ".join(f"{k.lower()} {v}" for k, v in info.counts.items() if v),
     ]
+    if spec.get("serving"):
+        lines.insert(3, _scenario_line(spec["serving"]))
     if info.eta_s is not None:
         lines.append(f"[bold]ETA[/] {info.eta_s:.0f} s")
     if info.error:
@@ -116,6 +118,16 @@ def study_panel(info: StudyInfo) -> Panel:
         retried = f" (retried as trial {retry})" if retry is not None else ""
         lines.append(f"[red]trial {failure['number']} failed:[/] {failure['reason']}{retried}")
     return Panel("\n".join(lines), title=info.name)
+
+
+def _scenario_line(serving: dict) -> str:
+    """A serving study's load: the offered rate (or the max rate searched), SLO and run length."""
+    rate = serving["rate_rps"]
+    offered = "the max rate" if rate == "max" else f"{float(rate):,.8g} requests/s"
+    return (
+        f"[bold]serving[/] {serving['arrival']} arrivals at {offered}   [bold]SLO[/] p99 "
+        f"<= {serving['slo_p99_ms']:g} ms   [bold]load runs[/] {serving['duration_s']:g} s"
+    )
 
 
 def front_table(front: list[dict], spec: StudySpec) -> Table:

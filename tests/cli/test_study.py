@@ -305,19 +305,21 @@ def test_objectives_and_constraints_from_the_command_line(cli):
 
 
 def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(cli):
-    # The shipped space with a looser SLO than its own 10 ms: the test shares two cores, and a
-    # trial whose harness floor takes over 0.1 of the SLO fails (a busy host).
-    (cli.root / "served.yaml").write_text(
-        "name: served\nsearch_space: digits-serving\nn_trials: 3\n"
-        "serving: {rate_rps: max, slo_p99_ms: 200, duration_s: 0.3}\n"
-    )
-    cli("study", "start", "served.yaml", "--no-remeasure-front")
-    info = json.loads(cli("study", "show", "served", "--json").stdout)
+    # The shipped space with a looser SLO than its own 10 ms, from the command line: the test
+    # shares two cores, and a trial whose harness floor takes over 0.1 of the SLO fails.
+    cli(
+        "study", "start", "--space", "digits-serving", "--target", "cpu", "--slo-p99-ms", "200",
+        "--n-trials", "2", "--no-remeasure-front",
+    )  # fmt: skip
+    info = json.loads(cli("study", "show", "digits-serving-cpu", "--json").stdout)
+    # the space's own scenario, its SLO raised
     assert info["spec"]["serving"] == {
-        "arrival": "poisson", "rate_rps": "max", "slo_p99_ms": 200.0, "duration_s": 0.3
+        "arrival": "poisson", "rate_rps": "max", "slo_p99_ms": 200.0, "duration_s": 0.5
     }  # fmt: skip
     assert [o["metric"] for o in info["spec"]["objectives"]] == ["accuracy", "max_rate_rps"]
-    study = optuna.load_study(study_name="served", storage=cli.storage)
+    shown = cli("study", "show", "digits-serving-cpu").stdout
+    assert "serving poisson arrivals at the max rate   SLO p99 <= 200 ms   load runs 0.5 s" in shown
+    study = optuna.load_study(study_name="digits-serving-cpu", storage=cli.storage)
     for trial in study.trials:
         if "repeat_of" in trial.user_attrs:  # screened before its stages: nothing served
             continue
@@ -337,22 +339,15 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
         held = [r["offered_rps"] for r in runs if r["kept_up"] and r["p99_bound_ms"] <= 200]
         assert trial.user_attrs["max_rate_rps"] == max(held, default=0.0)
         assert 0 <= served["floor_share_of_slo"] < 1
-    front = json.loads(cli("study", "pareto", "served", "--json").stdout)
+    front = json.loads(cli("study", "pareto", "digits-serving-cpu", "--json").stdout)
     assert all("max_rate_rps" in row["metrics"] for row in front)
-    assert "max req/s" in cli("study", "pareto", "served").stdout
+    assert "max req/s" in cli("study", "pareto", "digits-serving-cpu").stdout
     best = max(front, key=lambda row: row["metrics"]["max_rate_rps"])
     cli(
-        "study",
-        "export",
-        "served",
-        "--trial",
-        str(best["number"]),
-        "--format",
-        "triton",
-        "-o",
-        "repo",
-    )
-    entry = cli.root / "repo" / f"served-trial-{best['number']}"
+        "study", "export", "digits-serving-cpu", "--trial", str(best["number"]), "--format",
+        "triton", "-o", "repo",
+    )  # fmt: skip
+    [entry] = (cli.root / "repo").iterdir()
     settings = study.trials[best["number"]].user_attrs["serving"]["settings"]
     config = (entry / "config.pbtxt").read_text()
     assert 'backend: "onnxruntime"' in config and "kind: KIND_CPU" in config
@@ -364,7 +359,7 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
     assert ort.InferenceSession(str(entry / "1" / "model.onnx")).get_inputs()[0].name in config
     sidecar = json.loads((entry / "1" / "model.json").read_text())
     assert sidecar["serving"]["settings"] == settings and sidecar["serving"]["max_rate_rps"] > 0
-    cli("study", "report", "served", "-o", "r/report.html")
+    cli("study", "report", "digits-serving-cpu", "-o", "r/report.html")
     page = (cli.root / "r" / "report.html").read_text()
     assert "The front under load" in page and "SLO 200 ms" in page and "max req/s" in page
 
@@ -377,3 +372,14 @@ def test_a_serving_study_whose_harness_is_too_slow_for_its_slo_is_refused(cli):
     assert done.returncode == 2
     assert "the load harness alone takes p99" in done.stderr and "0.0001 ms SLO" in done.stderr
     assert optuna.get_all_study_names(cli.storage) == []  # refused before any study exists
+
+
+def test_the_load_options_are_refused_where_they_cannot_apply(cli):
+    done = cli("study", "start", "--space", "digits-mlp", "--slo-p99-ms", "50", check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    said = " ".join(done.stderr.split())
+    assert "--slo-p99-ms: search space 'digits-mlp' serves nothing" in said
+    assert "--space digits-serving" in said and "serving: {rate_rps: max" in said
+    done = cli("study", "start", "--space", "digits-serving", "--rate", "fast", check=False)
+    assert done.returncode == 2 and "--rate: takes a number, not the text 'fast'" in done.stderr
+    assert not (cli.root / "studies").exists()  # refused before any storage is opened
