@@ -76,20 +76,21 @@ def host_floor(scenario: Serving) -> Floor:
 
 def measured_clean(measure: Callable[[], dict], scenario: Serving) -> dict:
     """``measure()`` (a serving measurement, see
-    :func:`automl.pipeline.serving.measure_serving`), with the host's floor after it; where the
-    floor is above :data:`MAX_FLOOR_SHARE` of the SLO, the host was busy while it ran, and it
-    is measured once more, with the floor after it.
+    :func:`automl.pipeline.serving.measure_serving`) between two floors of the host, the worse
+    of which is its floor; where that is above :data:`MAX_FLOOR_SHARE` of the SLO, the host was
+    busy while it ran (a load that ended before the floor after it is caught by the one before),
+    and it is measured once more, between two floors again.
 
     Returns:
         The last measurement, its record with the floor (``floor_p99_ms``, ``floor_rps``,
         ``floor_share_of_slo``) and, where it was measured again, the first floor's share
         (``floor_share_before_remeasure``). :func:`busy_host` says whether it is still above.
     """
-    served, floor = measure(), host_floor(scenario)
+    served, floor = _between_floors(measure, scenario)
     first = None
     if floor.too_high:
         first = floor
-        served, floor = measure(), host_floor(scenario)
+        served, floor = _between_floors(measure, scenario)
     served["record"].update(
         floor_p99_ms=floor.p99_ms, floor_rps=floor.rate_rps, floor_share_of_slo=floor.share
     )
@@ -98,9 +99,16 @@ def measured_clean(measure: Callable[[], dict], scenario: Serving) -> dict:
     return served
 
 
+def _between_floors(measure: Callable[[], dict], scenario: Serving) -> tuple[dict, Floor]:
+    """``measure()`` and the worse of the host's floors just before and just after it."""
+    before = host_floor(scenario)
+    served = measure()
+    return served, max(before, host_floor(scenario), key=lambda floor: floor.share)
+
+
 def busy_host(record: Mapping) -> str | None:
     """Why a trial's load figures (its serving ``record``, see :func:`measured_clean`) are not
-    a clean measurement: the floor after them was above :data:`MAX_FLOOR_SHARE` of the SLO,
+    a clean measurement: the floor around them was above :data:`MAX_FLOOR_SHARE` of the SLO,
     and still above it after they were measured again; ``None`` where they are clean."""
     share = record.get("floor_share_of_slo")
     if share is None or share <= MAX_FLOOR_SHARE:
@@ -108,6 +116,6 @@ def busy_host(record: Mapping) -> str | None:
     return (
         f"the load harness alone took p99 {record['floor_p99_ms']:.3g} ms at "
         f"{record['floor_rps']:,.0f} requests/s, {share:.2f} of the SLO (limit "
-        f"{MAX_FLOOR_SHARE:.2f}), after its load runs and again after they were measured once "
-        "more: the host was too busy to measure this deployment; rerun on a quieter host"
+        f"{MAX_FLOOR_SHARE:.2f}), next to its load runs, and again when they were measured "
+        "once more: the host was too busy to measure this deployment; rerun on a quieter host"
     )
