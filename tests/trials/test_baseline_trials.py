@@ -179,14 +179,14 @@ params:
 
 
 def test_a_mixed_trial_of_a_trained_model_is_measured_beside_its_fp32_baseline(
-    tmp_path, weights, monkeypatch
+    tmp_path, weights, monkeypatch, zygote
 ):
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))  # the factory's module
     space = tmp_path / "space.yaml"
     space.write_text(MIXED_SPACE)
     spec = {"name": "mixed", "search_space": str(space), "n_trials": 2,
             "model": {"factory": FACTORY, "weights": str(weights)}}  # fmt: skip
-    run = run_cli_study(tmp_path, spec, [{"method": "int8-mixed", "keep_fp32": 1}])
+    run = run_cli_study(tmp_path, spec, [{"method": "int8-mixed", "keep_fp32": 1}], zygote)
     study = optuna.load_study(study_name="mixed", storage=run["storage"])
     baseline, mixed = study.trials
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
