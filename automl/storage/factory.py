@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.storages._cached_storage import _CachedStorage
+from optuna.storages._rdb.models import BaseModel
 from optuna.trial import TrialState
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -42,6 +43,7 @@ _CREATE_ATTEMPTS = 5
 # PostgreSQL's duplicate_table, duplicate_object and unique_violation: another process was first.
 _ALREADY_EXISTS = {"42P07", "42710", "23505"}
 _SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+_OPTUNA_TABLES = frozenset(BaseModel.metadata.tables)
 
 
 class TrialCache(_CachedStorage):
@@ -197,49 +199,70 @@ def _check_sqlite_file(path: Path, shown: str, *, create: bool) -> None:
     """Refuse a SQLite path that holds no storage where one is read, or another kind of file.
 
     SQLite takes an empty file for an empty database, and Optuna would write its tables into
-    it, or into another program's database: only a command that creates a storage may.
+    it, or into another program's database: only a command that creates a storage may, and
+    only into a new or empty file.
     """
     again = "check --storage (or AUTOML_STORAGE), or start a study there first"
-    if not path.is_file():
+    try:
+        header = _read_header(path)
+    except OSError as e:  # e.g. a file or folder this user may not read
+        raise StorageUnavailable(
+            f"cannot read the storage {shown}: {e.strerror or e}; check its permissions, or "
+            "give --storage (or AUTOML_STORAGE) another database"
+        ) from None
+    if header is None:
         if not create:
             raise StorageUnavailable(
                 f"no storage at {shown}: the file {str(path)!r} does not exist; {again}"
             )
         return
-    with path.open("rb") as file:
-        header = file.read(len(_SQLITE_HEADER))
     if header and header != _SQLITE_HEADER:
         raise SpecError(
             f"{str(path)!r} is not a SQLite database: give --storage (or AUTOML_STORAGE) a "
             "storage that automl made, or the path of a new file"
         )
-    if create:
-        return
     if not header:
+        if create:
+            return
         raise StorageUnavailable(f"no storage at {shown}: the file is empty; {again}")
-    if not _has_optuna_tables(path):
+    tables = _table_names(path)
+    if tables is None or "version_info" in tables:
+        return
+    if not create:
         raise StorageUnavailable(
             f"no storage at {shown}: the file is a SQLite database without Optuna's tables; {again}"
         )
+    if tables and not tables & _OPTUNA_TABLES:  # some of them: another worker is creating them
+        named = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise SpecError(
+            f"{str(path)!r} is a SQLite database of another program (tables: {named}): give "
+            "--storage (or AUTOML_STORAGE) a new file or a storage that automl made"
+        )
 
 
-def _has_optuna_tables(path: Path) -> bool:
-    """Whether the SQLite file has Optuna's ``version_info`` table; opened read-only.
+def _read_header(path: Path) -> bytes | None:
+    """The first bytes of the file at ``path``, or None where there is no file."""
+    if not path.is_file():
+        return None
+    with path.open("rb") as file:
+        return file.read(len(_SQLITE_HEADER))
 
-    A file that cannot be read so (locked, damaged, or a WAL file in a read-only folder) counts
-    as having them: opening it as a storage then says what is wrong.
+
+def _table_names(path: Path) -> set[str] | None:
+    """The tables of the SQLite file, opened read-only; None where it cannot be read so.
+
+    A file that cannot be read so (locked, damaged, or a WAL file in a read-only folder) is
+    opened as a storage anyway: that then says what is wrong.
     """
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            found = db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'version_info'"
-            ).fetchone()
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         finally:
             db.close()
     except sqlite3.DatabaseError:
-        return True
-    return found is not None
+        return None
+    return {name for (name,) in rows}
 
 
 def _schema_mismatch(shown: str, optuna_says: str) -> str:

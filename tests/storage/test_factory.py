@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import optuna
 import pytest
@@ -185,6 +189,53 @@ def test_a_reader_writes_no_tables_into_another_programs_database(tmp_path):
         tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     db.close()
     assert tables == [("notes",)]
+
+
+def test_no_command_writes_optunas_tables_into_another_programs_database(tmp_path):
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (a)")
+    db.close()
+    with pytest.raises(SpecError) as refused:
+        open_storage(f"sqlite:///{other}", Settings(), create=True)
+    assert str(refused.value) == (
+        f"{str(other)!r} is a SQLite database of another program (tables: t): give --storage "
+        "(or AUTOML_STORAGE) a new file or a storage that automl made"
+    )
+    with sqlite3.connect(other) as db:
+        tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    db.close()
+    assert tables == [("t",)]
+
+
+_OPEN_AS_NOBODY = """
+import os, sys
+from automl.errors import StorageUnavailable
+from automl.settings import Settings
+from automl.storage.factory import open_storage
+if os.geteuid() == 0:  # root reads through permission bits
+    os.setuid(65534)
+try:
+    open_storage(sys.argv[1], Settings(), create=sys.argv[2] == "1")
+except StorageUnavailable as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_storage_file_this_user_may_not_read_is_one_clear_error(create):
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder).chmod(0o755)  # nobody may enter it
+        url = f"sqlite:///{folder}/x.db"
+        open_storage(url, Settings()).engine.dispose()
+        Path(folder, "x.db").chmod(0)
+        done = subprocess.run([sys.executable, "-c", _OPEN_AS_NOBODY, url, str(int(create))],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert done.stdout == (
+        f"cannot read the storage {url}: Permission denied; check its permissions, or give "
+        "--storage (or AUTOML_STORAGE) another database\n"
+    )
 
 
 @pytest.mark.parametrize("create", [True, False])
