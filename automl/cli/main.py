@@ -19,6 +19,7 @@ from automl.cli.common import (
     require_artifacts_writable,
     shown_url,
 )
+from automl.cli.manage import register as register_manage
 from automl.cli.results import register as register_results
 from automl.cli.study import study_app
 from automl.errors import AutomlError, TargetUnavailable
@@ -33,7 +34,31 @@ app = typer.Typer(
     help="Hardware-aware model-optimization search.", no_args_is_help=True, rich_markup_mode=None
 )
 register_results(study_app)
+register_manage(study_app)
 app.add_typer(study_app, name="study")
+
+
+def _print_version(shown: bool) -> None:
+    """``--version``: the installed package's version, read from its metadata (no import of
+    the libraries that commands load)."""
+    if shown:
+        from importlib.metadata import version
+
+        typer.echo(f"automl {version('automl')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    # Typer takes a callback's docstring as the app's help: the app's own help= stays.
+    pass
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""``automl study list|show|pareto|export|compare|report``: read a study and its results.
+"""``automl study list|show|trials|pareto|export|compare|report``: read a study and its results.
 
 Heavy imports wait inside commands. :func:`register` adds them to ``automl study``.
 """
@@ -7,12 +7,18 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from automl.cli.common import JsonOpt, StorageOpt, console, fail, open_cli_storage, print_json
 from automl.errors import AutomlError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from automl.records import TrialRecord
+    from automl.search.spec import StudySpec
 
 _COMMANDS: list[tuple[str, object]] = []
 
@@ -67,6 +73,73 @@ def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> Non
         print_json(info.as_dict())
     else:
         console.print(study_panel(info))
+
+
+@_command("trials")
+def trials(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
+    """Every trial: state, candidate, objectives, and why it failed.
+
+    --json gives the fields of REST's GET /v1/studies/{name}/trials items, with the model's
+    artifact_id in place of its model_url.
+    """
+    from automl.service.read import study_trials
+
+    try:
+        spec, records = study_trials(name, open_cli_storage(storage, create=False))
+    except AutomlError as e:
+        raise fail(e) from None
+    if as_json:
+        print_json([{k: v for k, v in r.items() if k != "user_attrs"} for r in records])
+    else:
+        console.print(trials_table(records, spec))
+
+
+def trials_table(records: list[TrialRecord], spec: StudySpec) -> Table:
+    """The trials of a study, one row each, with the study's objectives as the only metrics.
+
+    Args:
+        records: The trials, by number.
+        spec: Their study's spec.
+
+    Returns:
+        The table; a trial on the Pareto front is starred.
+    """
+    from rich.table import Table
+
+    from automl.records import BASELINE_COLUMNS, FRONT_COLUMNS, SERVING_COLUMNS, Column
+    from automl.report.tables import describe
+
+    known = {c.key: c for c in (*BASELINE_COLUMNS, *FRONT_COLUMNS, *SERVING_COLUMNS)}
+    columns = [known.get(m, Column(m, m, "{:.4g}")) for m in spec.metric_names]
+    table = Table(
+        title=f"Trials of {spec.name} on {spec.target} ({len(records)})",
+        caption="* on the Pareto front" if any(r.on_front for r in records) else None,
+    )
+    table.add_column("trial", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("candidate", min_width=16, ratio=3)
+    for column in columns:
+        table.add_column(column.label, justify="right", no_wrap=True)
+    table.add_column("reason", min_width=10, ratio=2, overflow="fold")
+    for record in records:
+        number = f"{record.number}{'*' if record.on_front else ''}"
+        candidate = ("baseline: " if record.baseline else "") + describe(record)
+        cells = (column.text(record.metrics) or "-" for column in columns)
+        table.add_row(number, record.state, candidate, *cells, _reason(record))
+    return table
+
+
+def _reason(record: TrialRecord) -> str:
+    """Why a trial failed, was pruned or is infeasible; empty for the others."""
+    from automl.records import OVER_BUDGET, SCREENED
+
+    if record.state == "FAIL":
+        return record.fail_reason or ""
+    if record.state == "PRUNED":
+        if record.user_attrs.get(OVER_BUDGET):
+            return "over the n_trials budget: never run"
+        return record.user_attrs.get(SCREENED) or "pruned"
+    return "breaks a constraint" if record.feasible is False else ""
 
 
 @_command("pareto")

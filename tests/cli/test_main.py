@@ -97,3 +97,15 @@ def test_a_storage_that_is_no_database_is_one_line_and_left_as_it_was(cli):
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert (cli.root / "notes.txt").read_text() == "my notes\n"
     assert (cli.root / "empty.db").stat().st_size == 0
+
+
+def test_version_prints_the_package_version_without_importing_torch():
+    from importlib.metadata import version
+
+    code = "import sys, automl.cli; sys.argv=['automl','--version']\ntry:\n automl.cli.app()\nexcept SystemExit as e: print(e.code)\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [f"automl {version('automl')}", "0", "False"]
+    done = subprocess.run(
+        [sys.executable, "-m", "automl", "--version"], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout) == (0, f"automl {version('automl')}\n")
