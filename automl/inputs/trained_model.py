@@ -23,6 +23,9 @@ from automl.plugins import import_plugin
 _SHOWN = 3
 # The first bytes of a zip archive (a local file header): torch.save's format since torch 1.6.
 _ZIP_MAGIC = b"PK\x03\x04"
+# The zip end records' signatures: the end of central directory record (22 bytes), and the
+# zip64 one (56 bytes) with its locator (20 bytes), which torch.save writes before it.
+_END, _END64, _LOCATOR64 = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
 
 
 class FactoryUnavailable(SpecError):
@@ -180,33 +183,76 @@ def _check_archive(content: bytes, path: Path) -> None:
     torch.save stores its records uncompressed, but torch.load inflates a compressed one in
     full before it checks its size: a file of a few MB could take gigabytes. A file that is
     not a zip archive is torch's legacy format, whose storages are read from the file itself.
+    The records checked must be those torch reads: torch's reader (miniz) and Python's
+    zipfile find the central directory differently, so an archive on which they could
+    disagree is refused, and so is a record whose local header is not where it says.
 
     Raises:
-        SpecError: A record is compressed, or the sizes its headers give cannot be true.
+        SpecError: A record is compressed or misplaced, the sizes its headers give cannot be
+            true, or the central directory is not where the end records say.
     """
     if not content.startswith(_ZIP_MAGIC):  # how torch.load tells its zip format
         return
     refused = f"weights file {str(path)!r} is not an archive that torch.save writes: "
     try:
-        records = zipfile.ZipFile(io.BytesIO(content)).infolist()
+        archive = zipfile.ZipFile(io.BytesIO(content))
     except Exception as e:  # zipfile raises many kinds for a crafted archive
         raise SpecError(f"{refused}{_said(e)}") from None
+    if _directory_offset(content) != archive.start_dir:
+        raise SpecError(
+            f"{refused}its central directory is not where its end records say (a second "
+            "directory, or bytes before the archive); save it again with torch.save(model."
+            "state_dict(), path)"
+        )
+    records = archive.infolist()
     for record in records:
-        local = _local_method(content, record)  # None: torch finds no record there either
-        if record.compress_type != zipfile.ZIP_STORED or local not in (None, zipfile.ZIP_STORED):
-            raise SpecError(
-                f"{refused}its record {record.filename!r} is compressed (torch.save stores "
-                "records as they are); save it again with torch.save(model.state_dict(), path)"
-            )
-        if record.compress_size != record.file_size:
-            raise SpecError(
-                f"{refused}the headers of its record {record.filename!r} disagree on its size "
-                f"({record.compress_size} and {record.file_size} bytes)"
-            )
+        _check_record(content, record, refused)
     if (total := sum(r.file_size for r in records)) > len(content):
         raise SpecError(
             f"{refused}its headers give its records {total} bytes, more than the whole file "
             f"({len(content)} bytes)"
+        )
+
+
+def _directory_offset(content: bytes) -> int | None:
+    """The offset of the central directory as torch's reader (miniz) takes it from the end
+    records; None unless the directory ends where they begin, as zipfile takes it to.
+
+    miniz reads the zip64 end record where its locator points, zipfile just before the
+    locator: the two must be one. zipfile then reads the directory that ends there, miniz the
+    one at the offset that the record gives.
+    """
+    end = content.rfind(_END, 0, len(content) - 18)  # miniz: the last with 22 bytes after it
+    size, offset = struct.unpack_from("<II", content, end + 12)
+    begin, locator = end, end - 20
+    if locator >= 56 and content.startswith(_LOCATOR64, locator):
+        (pointed,) = struct.unpack_from("<Q", content, locator + 8)
+        if pointed != locator - 56:
+            return None
+        if content.startswith(_END64, pointed):
+            begin = pointed
+            size, offset = struct.unpack_from("<QQ", content, begin + 40)
+    return offset if offset + size == begin else None
+
+
+def _check_record(content: bytes, record: zipfile.ZipInfo, refused: str) -> None:
+    """A record stored as it is, with one size in its headers, and its local header where
+    the central directory says: torch finds the record's data from that header."""
+    local = _local_method(content, record)
+    if local is None:
+        raise SpecError(
+            f"{refused}its record {record.filename!r} has no local header where its central "
+            "directory says"
+        )
+    if record.compress_type != zipfile.ZIP_STORED or local != zipfile.ZIP_STORED:
+        raise SpecError(
+            f"{refused}its record {record.filename!r} is compressed (torch.save stores "
+            "records as they are); save it again with torch.save(model.state_dict(), path)"
+        )
+    if record.compress_size != record.file_size:
+        raise SpecError(
+            f"{refused}the headers of its record {record.filename!r} disagree on its size "
+            f"({record.compress_size} and {record.file_size} bytes)"
         )
 
 

@@ -151,21 +151,45 @@ def test_a_compressed_record_is_refused_naming_it(tmp_path):
         open_trained("torch.nn:Identity", tmp_path / "w.pt").build()
 
 
+@pytest.mark.parametrize("zip64", [False, True])
+def test_an_archive_whose_end_record_names_another_directory_is_refused(tmp_path, zip64):
+    from crafted_weights import two_directories
+
+    # torch would inflate the directory the end record names; zipfile reads the other one.
+    two_directories(tmp_path / "w.pt", zip64=zip64)  # torch.save ends its archives in zip64
+    with pytest.raises(SpecError, match=r"its central directory is not where its end records"):
+        open_trained("torch.nn:Identity", tmp_path / "w.pt").build()
+
+
+def test_a_record_whose_local_header_is_not_where_the_directory_says_is_refused(tmp_path):
+    from crafted_weights import misplaced_local_header
+
+    misplaced_local_header(tmp_path / "w.pt")
+    said = r"its record 'archive/data/0' has no local header where its central directory says"
+    with pytest.raises(SpecError, match=said):
+        open_trained("torch.nn:Identity", tmp_path / "w.pt").build()
+
+
+# Well under the 512 MiB that the bombs below inflate to: Python and torch take 300 MB.
+_PEAK_KB = 400_000
+
+
 @pytest.mark.slow
-def test_crafted_weights_are_refused_within_twice_the_data_cap(tmp_path, monkeypatch):
+def test_crafted_weights_are_refused_before_they_take_memory(tmp_path):
     import subprocess
     import sys
 
-    from crafted_weights import deflated_weights, lying_legacy
+    from crafted_weights import deflated_weights, lying_legacy, two_directories
 
     deflated_weights(tmp_path / "bomb.pt")  # 512 MiB of zeros, deflated
+    two_directories(tmp_path / "hidden.pt", 1 << 29)  # the same, behind a harmless directory
     lying_legacy(tmp_path / "legacy.pt")  # claims 4 GiB
     assert (tmp_path / "bomb.pt").stat().st_size < 4_000_000
-    monkeypatch.setenv("AUTOML_DATA_MAX_MB", "200")
     # The peak is reset before each: a forked child starts with its parent's (pytest's).
     code = (
         "from automl.errors import SpecError\nfrom automl.inputs.trained_model import open_trained\n"
-        "for name in ('bomb.pt', 'legacy.pt'):\n    open('/proc/self/clear_refs', 'w').write('5')\n"
+        "for name in ('bomb.pt', 'hidden.pt', 'legacy.pt'):\n"
+        "    open('/proc/self/clear_refs', 'w').write('5')\n"
         "    try:\n        open_trained('torch.nn:Identity', name).build()\n"
         "    except SpecError as e:\n        print(e)\n    status = open('/proc/self/status').read()\n"
         "    print(status.split('VmHWM:')[1].split()[0])\n"
@@ -173,7 +197,8 @@ def test_crafted_weights_are_refused_within_twice_the_data_cap(tmp_path, monkeyp
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
     )
-    bomb, bomb_kb, legacy, legacy_kb = done.stdout.strip().splitlines()
-    assert int(bomb_kb) < 400_000 and int(legacy_kb) < 400_000, done.stdout  # 2 x 200 MB
+    bomb, bomb_kb, hidden, hidden_kb, legacy, legacy_kb = done.stdout.strip().splitlines()
+    assert max(int(bomb_kb), int(hidden_kb), int(legacy_kb)) < _PEAK_KB, done.stdout
     assert "its record 'archive/data/0' is compressed" in bomb, bomb
+    assert "its central directory is not where its end records say" in hidden, hidden
     assert "Torch said: RuntimeError: unexpected EOF" in legacy, legacy  # read from the file
