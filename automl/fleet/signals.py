@@ -49,6 +49,7 @@ class GracefulStop:
         self._sigint = True
         self._sigterm_aborts = False
         self._calls = 0  # SIGINT handler calls
+        self._sigterms = 0  # SIGTERM handler calls
         self._bytes = 0  # SIGINT bytes read from the wakeup pipe
         self._pipe: tuple[int, int, int] | None = None  # read end, write end, previous fd
         self._previous: dict[int, object] = {}
@@ -101,10 +102,11 @@ class GracefulStop:
         self._trial = None
 
     def _handle(self, signum: int, _frame: object) -> None:
+        # Counted first: another signal's handler may run inside this one, at any line.
+        self._sigterms += signum == signal.SIGTERM
         if self._reraise:
             self._reraise = False
             raise Aborted
-        before = self.by  # what requested the stop before this signal
         seen = max(self._calls, self._bytes)
         self._calls += signum == signal.SIGINT
         self._bytes += self._read_wakeups().count(signal.SIGINT)
@@ -115,10 +117,10 @@ class GracefulStop:
             self._request("Ctrl-C" if presses else "SIGTERM")
         if signum == signal.SIGUSR1 and not self.aborted:  # the parent may tell twice
             self._abort("aborting: the parent process was interrupted")
-        if presses and (seen + presses >= 2 or before == "SIGTERM"):
+        if presses and (seen + presses >= 2 or self._sigterms):
             again = "second Ctrl-C" if seen + presses >= 2 else "Ctrl-C after SIGTERM"
             self._abort(f"{again}: aborting; the running trial is marked FAIL")
-        if signum == signal.SIGTERM and before == "SIGTERM" and self._sigterm_aborts:
+        if signum == signal.SIGTERM and self._sigterms >= 2 and self._sigterm_aborts:
             self._abort("second SIGTERM: aborting; the running trial is marked FAIL")
 
     def _read_wakeups(self) -> bytes:
