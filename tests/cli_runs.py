@@ -1,15 +1,20 @@
-"""Running the real ``automl`` command in tests: counts read from its SQLite storage, and a
-process whose output a test can wait on."""
+"""Running the real ``automl`` command in tests: counts read from its SQLite storage, a
+process whose output a test can wait on, and a started `automl serve` waited on."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+
+import httpx
+import pytest
 
 AUTOML = [sys.executable, "-m", "automl"]
 
@@ -82,3 +87,24 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that is free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, root: Path, timeout_s: float = 120) -> None:
+    """Wait until the `automl serve` at ``url`` answers /healthz with 200; fail the test with
+    the end of its log, ``root / "serve.log"``, if it does not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    pytest.fail(f"automl serve did not start; log:\n{(root / 'serve.log').read_text()[-3000:]}")

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import onnx
 import pytest
+from cli_runs import free_port, wait_healthy
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TOKEN = "example-token-0123456789abcdef"
@@ -51,12 +49,6 @@ def test_digits_search_prints_the_front_and_exports_the_best(tmp_path: Path) -> 
     assert again.stdout.splitlines()[:-1] == done.stdout.splitlines()[:-1]  # resumed, done
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start_serve(root: Path, port: int) -> subprocess.Popen:
     (root / "data").mkdir()
     env = _env(root, AUTOML_API_TOKENS=json.dumps([TOKEN]), AUTOML_DATA_ROOT=str(root / "data"))
@@ -68,24 +60,12 @@ def _start_serve(root: Path, port: int) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def _wait_healthy(url: str, root: Path, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    pytest.fail(f"automl serve did not start; log:\n{(root / 'serve.log').read_text()[-3000:]}")
-
-
 def test_submit_over_rest_runs_a_study_on_automl_serve(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = _start_serve(tmp_path, port)
     try:
-        _wait_healthy(url, tmp_path)
+        wait_healthy(url, tmp_path, timeout_s=60)
         work = tmp_path / "client"
         work.mkdir()
         env = {**os.environ, "AUTOML_API_URL": url, "AUTOML_API_TOKEN": TOKEN}

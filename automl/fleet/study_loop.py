@@ -7,6 +7,7 @@ COMPLETE or RUNNING, so concurrent workers stop at exactly ``n_trials`` COMPLETE
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -171,7 +172,8 @@ def _check_inputs(study: optuna.Study, spec: StudySpec, objective: StudyObjectiv
         InputRefused: They are wrong wherever the study runs, or the check itself failed
             unexpectedly (a crafted file can make a library raise anything): the study is
             refused with the reason, so that no worker takes it again and every view says why.
-        AutomlError: This host cannot run it (a file missing here, no target): other hosts may.
+        AutomlError: This host cannot run it (a file missing here, no target, out of memory,
+            a disk or file error): other hosts may, and this one may later.
     """
     try:
         objective.check_inputs()
@@ -187,17 +189,41 @@ def _check_inputs(study: optuna.Study, spec: StudySpec, objective: StudyObjectiv
     except Exception as e:
         if storage_unreachable(e):
             raise
-        said = (str(e).strip().splitlines() or [""])[0][:200]
-        if objective.data_root is not None:  # a REST submission's paths, as it gave them
-            said = said.replace(f"{objective.data_root.rstrip('/')}/", "")
+        said = _first_line(e, objective.data_root)
+        if _host_trouble(e):
+            logger.warning("study %s: checking its inputs raised %s", spec.name, said, exc_info=e)
+            raise AutomlError(
+                f"checking the inputs of study {spec.name!r} failed on this host ({said}); the "
+                "study stays queued for other workers, and this one tries it again later"
+            ) from e
         reason = (
-            f"checking the inputs of study {spec.name!r} failed unexpectedly ({type(e).__name__}"
-            f"{': ' + said if said else ''}); the worker's log has the traceback. Check its "
-            "dataset and model files, then submit it again"
+            f"checking the inputs of study {spec.name!r} failed unexpectedly ({said}); the "
+            "worker's log has the traceback. Check its dataset and model files, then submit "
+            "it again"
         )
         logger.exception("study %s: checking its inputs raised %s", spec.name, type(e).__name__)
         refuse_study(study, reason)
         raise InputRefused(reason) from e
+
+
+def _first_line(error: Exception, data_root: str | None) -> str:
+    """``error``'s type and the first line of its message, without a REST submission's data
+    root (its paths as the user gave them)."""
+    said = (str(error).strip().splitlines() or [""])[0][:200]
+    if data_root is not None:
+        said = said.replace(f"{data_root.rstrip('/')}/", "")
+    return f"{type(error).__name__}{': ' + said if said else ''}"
+
+
+def _host_trouble(error: Exception) -> bool:
+    """Whether ``error`` is this host's trouble, not the study's: out of memory (torch's CUDA
+    error, or its CPU allocator's RuntimeError), or a file or disk error (EIO, ENOSPC, EMFILE).
+    torch is looked up only if something imported it already."""
+    torch = sys.modules.get("torch")
+    out_of_memory = (torch.OutOfMemoryError,) if torch is not None else ()
+    if isinstance(error, (MemoryError, OSError, *out_of_memory)):
+        return True
+    return isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate" in str(error)
 
 
 def _mean_complete_s(study: optuna.Study) -> float | None:

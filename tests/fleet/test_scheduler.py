@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
-
+import flaky_model
+import pytest
 import torch
 
 from automl.fleet.scheduler import work
@@ -13,28 +13,6 @@ from automl.service.create import create_study
 from automl.service.studies import get_study
 from automl.storage.factory import cached
 
-# A model that runs once and then raises: the user's code fails where the check expects nothing
-# to fail (finding its output layer runs it a second time), with an error of no kind it knows.
-FLAKY = """
-from torch import nn
-
-
-class Flaky(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(64, 10)
-        self.runs = 0
-
-    def forward(self, x):
-        self.runs += 1
-        if self.runs > 1:
-            raise LookupError("codebook exhausted after one batch")
-        return self.fc(x.flatten(1))
-
-
-def build():
-    return Flaky()
-"""
 QUICK = """name: quick
 params:
   arch.family: {type: fixed, value: mlp}
@@ -46,19 +24,26 @@ params:
 """
 
 
-def test_a_study_whose_input_check_raises_unexpectedly_fails_alone_and_the_worker_goes_on(
-    env, tmp_path, monkeypatch, caplog
-):
-    settings, storage, store = env
-    (tmp_path / "flaky_model.py").write_text(FLAKY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    torch.save(importlib.import_module("flaky_model").build().state_dict(), tmp_path / "f.pt")
-    model = {"factory": "flaky_model:build", "weights": str(tmp_path / "f.pt")}
+def _flaky_weights(path) -> str:
+    torch.save(flaky_model.build().state_dict(), path)
+    return str(path)
+
+
+def _bad_then_good(storage, tmp_path, factory: str) -> None:
+    """Study ``bad`` of a model made by ``flaky_model:<factory>``, then study ``good``."""
+    model = {"factory": f"flaky_model:{factory}", "weights": _flaky_weights(tmp_path / "f.pt")}
     bad = {"name": "bad", "search_space": "trained-model", "n_trials": 2, "model": model}
     create_study(parse_spec(bad), storage, check_data=False)
     (tmp_path / "quick.yaml").write_text(QUICK)
     good = {"name": "good", "search_space": str(tmp_path / "quick.yaml"), "n_trials": 1}
     create_study(parse_spec(good), storage, check_data=False)  # after the bad one: served later
+
+
+def test_a_study_whose_input_check_raises_unexpectedly_fails_alone_and_the_worker_goes_on(
+    env, tmp_path, caplog
+):
+    settings, storage, store = env
+    _bad_then_good(storage, tmp_path, "build")
 
     with caplog.at_level("INFO", logger="automl"):
         ran = work(
@@ -100,3 +85,33 @@ def test_a_study_whose_weights_file_is_empty_fails_and_the_worker_goes_on(env, t
         "torch.save(model.state_dict(), path)",
     )
     assert get_study("good", storage).counts["COMPLETE"] == 1
+
+
+@pytest.mark.parametrize(
+    ("factory", "said"),
+    [
+        ("disk_error", "(OSError: [Errno 5] Input/output error: 'codebook.bin')"),
+        ("numpy_out_of_memory", "(MemoryError: Unable to allocate 8.00 PiB"),
+        ("torch_out_of_memory", "(RuntimeError: [enforce fail at alloc_cpu.cpp"),
+    ],
+)
+def test_a_study_whose_input_check_fails_on_this_host_stays_queued_and_the_worker_goes_on(
+    env, tmp_path, caplog, factory, said
+):
+    # Out of memory or a disk error on one host must not fail the study for every host.
+    settings, storage, store = env
+    _bad_then_good(storage, tmp_path, factory)
+
+    with caplog.at_level("INFO", logger="automl"):
+        ran = work(
+            cached(storage), artifact_store=store, settings=settings, stop=GracefulStop(),
+            exit_when_idle=True, poll_s=0.1,
+        )  # fmt: skip
+
+    assert ran == 1
+    assert get_study("good", storage).counts["COMPLETE"] == 1
+    queued = get_study("bad", storage)
+    assert (queued.state, queued.error) == ("queued", None)
+    (logged,) = [r for r in caplog.records if "cannot run on this worker" in r.getMessage()]
+    assert "checking the inputs of study 'bad' failed on this host " + said in logged.getMessage()
+    assert "the study stays queued for other workers" in logged.getMessage()

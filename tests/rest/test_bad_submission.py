@@ -4,56 +4,32 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import flaky_model
 import httpx
 import pytest
 import torch
+from cli_runs import free_port, wait_healthy
 
 pytestmark = pytest.mark.e2e  # a real `automl serve`, its real local worker
 pytest_plugins = ["api_fixtures"]  # its responses are scanned for server paths too
 
 TOKEN = "bad-submission-token-0123456789"
-# The factory of both bad submissions. Its model runs once and then raises: the model's check
-# runs it twice, so the check (in the API's child, then in the worker) dies of a LookupError.
-MYMODEL = """
-from torch import nn
-
-
-class Flaky(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(64, 10)
-        self.runs = 0
-
-    def forward(self, x):
-        self.runs += 1
-        if self.runs > 1:
-            raise LookupError("codebook exhausted after one batch")
-        return self.fc(x.flatten(1))
-
-
-def build():
-    return Flaky()
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _serve(root: Path, port: int) -> subprocess.Popen:
     """`automl serve` with one worker, a data root, a token and ``mymodel:build`` allowed."""
     (root / "factories").mkdir()
-    (root / "factories" / "mymodel.py").write_text(MYMODEL)
+    # Its model runs once and then raises: the model's check runs it twice, so the check (in
+    # the API's child, then in the worker) dies of a LookupError.
+    shutil.copy(flaky_model.__file__, root / "factories" / "mymodel.py")
     paths = [str(root / "factories"), os.environ.get("PYTHONPATH", "")]
     env = {
         **os.environ,
@@ -95,18 +71,6 @@ class _Health:
                 self.codes.append(type(e).__name__)
 
 
-def _wait_healthy(url: str, root: Path, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    pytest.fail(f"automl serve did not start; log:\n{(root / 'serve.log').read_text()[-3000:]}")
-
-
 def _ended(client: httpx.Client, name: str, timeout_s: float = 240) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -128,21 +92,18 @@ def test_bad_weights_fail_their_own_study_and_the_worker_runs_the_next(tmp_path)
     (tmp_path / "data" / "empty.pt").write_bytes(b"")  # the issue's 0-byte weights
     fitting = {"fc.weight": torch.randn(10, 64), "fc.bias": torch.zeros(10)}  # mymodel's shapes
     torch.save(fitting, tmp_path / "data" / "flaky.pt")
-    port, log = _free_port(), tmp_path / "serve.log"
+    port, log = free_port(), tmp_path / "serve.log"
     url = f"http://127.0.0.1:{port}"
     server = _serve(tmp_path, port)
     try:
-        _wait_healthy(url, tmp_path)
+        wait_healthy(url, tmp_path)
         auth = {"Authorization": f"Bearer {TOKEN}"}
         with _Health(url) as health, httpx.Client(base_url=url, headers=auth, timeout=120) as c:
             empty, flaky = _post_model(c, "empty.pt"), _post_model(c, "flaky.pt")
             good = c.post("/v1/studies", json={"search_space": "digits-mlp", "n_trials": 1})
             assert good.status_code == 201, good.text
             done = _ended(c, good.json()["name"])
-            studies = {
-                key: _ended(c, r.json()["name"]) if r.status_code == 201 else None
-                for key, r in (("empty", empty), ("flaky", flaky))
-            }
+            refused = _ended(c, flaky.json()["name"]) if flaky.status_code == 201 else None
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -154,11 +115,9 @@ def test_bad_weights_fail_their_own_study_and_the_worker_runs_the_next(tmp_path)
     assert done["state"] == "done" and done["counts"]["COMPLETE"] == 1, said[-3000:]
     assert health.codes and set(health.codes) == {200}, said[-3000:]
     assert flaky.status_code == 201  # the API's check crashed: it is left to the worker
-    assert studies["flaky"]["state"] == "failed"
-    assert "(LookupError: codebook exhausted after one batch)" in studies["flaky"]["error"]
-    if empty.status_code == 201:  # its check crashed too; or the API refuses it at once
-        assert studies["empty"]["state"] == "failed" and studies["empty"]["error"]
-    else:
-        assert empty.status_code == 422 and "empty.pt" in empty.text
+    assert refused["state"] == "failed"
+    assert "(LookupError: codebook exhausted after one batch)" in refused["error"]
+    assert empty.status_code == 422, empty.text  # the API's check refuses it at once
+    assert "'empty.pt' is empty (0 bytes)" in empty.text
     assert "Traceback" in said  # the worker logged the unexpected error's traceback
     assert "not started again" not in said
