@@ -35,15 +35,35 @@ def crafted_headers_npz(
     writes twice as fast as the default, into a file four times larger."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=level) as archive:
         for key, (shape, descr, size) in members.items():
-            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
-                member.write(_header(shape, descr))
-                for start in range(0, size, _BLOCK):
-                    member.write(bytes(min(_BLOCK, size - start)))
+            _write_member(archive, f"{key}.npy", shape, descr, size)
         for key, value in (_SMALL if arrays is None else arrays).items():
             if key not in members:
                 buffer = io.BytesIO()
                 np.save(buffer, value)
                 archive.writestr(f"{key}.npy", buffer.getvalue())
+
+
+def duplicated_npz(path, rows: int = 150_000, cols: int = 1000) -> None:
+    """An .npz whose x_train is two members: first ``x_train``, which numpy reads, of rows x
+    cols uint8 pixels (150 MB by default, which a load holds as float32), then a small
+    ``x_train.npy``; the labels are those of the first."""
+    labels = (np.arange(rows) % 2).astype(np.int8)
+    pixels = {"x_train": np.zeros((10, cols), np.uint8), "x_test": np.zeros((100, cols), np.uint8)}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        _write_member(archive, "x_train", (rows, cols), "|u1", rows * cols)
+        for key, value in {**pixels, "y_train": labels, "y_test": labels[:100]}.items():
+            buffer = io.BytesIO()
+            np.save(buffer, value)
+            archive.writestr(f"{key}.npy", buffer.getvalue())
+
+
+def _write_member(archive: zipfile.ZipFile, name: str, shape, descr: str, size: int) -> None:
+    """A member ``name`` whose header says ``shape`` and ``descr``, then ``size`` zero bytes,
+    written a block at a time."""
+    with archive.open(name, "w", force_zip64=True) as member:
+        member.write(_header(shape, descr))
+        for start in range(0, size, _BLOCK):
+            member.write(bytes(min(_BLOCK, size - start)))
 
 
 def append_member(path, key: str, shape: tuple[int, ...], descr: str, size: int = 0) -> None:

@@ -57,30 +57,41 @@ def validate(arrays: dict[str, np.ndarray], source: str) -> None:
         _check_label_values(y, f"y_{split}", source)
 
 
-def check_headers(archive: zipfile.ZipFile, source: str, keys: Collection[str]) -> None:
+def check_headers(
+    archive: zipfile.ZipFile, source: str, keys: Collection[str]
+) -> dict[str, zipfile.ZipInfo]:
     """Check the arrays ``keys`` of an ``.npz`` against the size limits, reading only each
     member's header: a small compressed file may hold arrays of gigabytes. The other members
     are never read.
 
     Sizes are Python integers (numpy's products wrap around), and a header must say what its
-    member holds, so that no crafted header hides an array from the limits.
+    member holds, so that no crafted header hides an array from the limits. Each key must
+    name one member (``x_train`` or ``x_train.npy``): numpy would read another than the one
+    checked.
+
+    Returns:
+        The member of each key found, the one to read.
 
     Raises:
-        DataError: A header is unreadable, has a negative dimension or disagrees with its
-            member's size; an array holds Python objects or is larger than the settings allow;
-            or loading the arrays would take more than ``AUTOML_DATA_MAX_MB`` (see
-            :func:`load_bytes`).
+        DataError: Two members have one key; a header is unreadable, has a negative dimension
+            or disagrees with its member's size; an array holds Python objects or is larger
+            than the settings allow; or loading the arrays would take more than
+            ``AUTOML_DATA_MAX_MB`` (see :func:`load_bytes`).
     """
     from automl.settings import get_settings
 
-    headers: dict[str, tuple[tuple[int, ...], int]] = {}
-    stored = 0
+    members: dict[str, zipfile.ZipInfo] = {}
     for info in archive.infolist():
         key = info.filename.removesuffix(".npy")
+        if key in keys and key in members:
+            raise DataError(
+                f"dataset {source!r} holds two arrays named {key} ({members[key].filename} "
+                f"and {info.filename}): write it again with numpy.savez"
+            )
         if key in keys:
-            shape, itemsize = _header(archive, info, key, source)
-            headers[key] = (shape, itemsize)  # the last of a repeated name is the one read
-            stored += math.prod(shape) * itemsize
+            members[key] = info
+    headers = {key: _header(archive, info, key, source) for key, info in members.items()}
+    stored = sum(math.prod(shape) * itemsize for shape, itemsize in headers.values())
     need, most = load_bytes(headers, stored), get_settings().data_max_mb
     if need > most * 1e6:
         raise DataError(
@@ -88,6 +99,7 @@ def check_headers(archive: zipfile.ZipFile, source: str, keys: Collection[str]) 
             f"{need / 1e6:.0f} MB of memory to load (features as float32, token ids and labels "
             f"as int64); at most {most:g} MB are allowed (AUTOML_DATA_MAX_MB)"
         )
+    return members
 
 
 def load_bytes(headers: Mapping[str, tuple[tuple[int, ...], int]], stored: int) -> int:

@@ -40,10 +40,10 @@ def read_npz(path: Path, name: str) -> dict[str, np.ndarray]:
         raise DataError(f"dataset file {name!r} does not exist")
     try:
         with zipfile.ZipFile(resolved) as archive:
-            check_headers(archive, name, DATASET_KEYS)  # before any array is decompressed
-        with np.load(resolved, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files if key in DATASET_KEYS}
-            unread = sorted(key for key in npz.files if key not in DATASET_KEYS)
+            members = check_headers(archive, name, DATASET_KEYS)  # before any decompression
+            arrays = {key: _read(archive, member) for key, member in members.items()}
+            keys = (member.removesuffix(".npy") for member in archive.namelist())
+            unread = sorted(key for key in keys if key not in DATASET_KEYS)
     except DataError:
         raise
     except _UNREADABLE as e:
@@ -55,6 +55,13 @@ def read_npz(path: Path, name: str) -> dict[str, np.ndarray]:
             f"name its arrays {list(DATASET_KEYS)}, in lower case"
         )
     return arrays
+
+
+def _read(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> np.ndarray:
+    """The array in ``member``, read as numpy.load reads it: the member checked is the one
+    read, from the file that was checked."""
+    with archive.open(member) as file:
+        return np.lib.format.read_array(file, allow_pickle=False)
 
 
 # What reading a damaged archive raises: zipfile's own errors, zlib's and lzma's for corrupt

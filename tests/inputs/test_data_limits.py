@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from crafted import append_member, crafted_headers_npz, damaged_npz
+from crafted import append_member, crafted_headers_npz, damaged_npz, duplicated_npz
 
 from api.errors import ApiError
 from api.policy import check_spec
@@ -73,6 +73,17 @@ def test_no_header_hides_an_array_from_the_cap(tmp_path, honest_train, key, shap
     said, peak_mb = _load_in_a_child(path)
     assert re.match(message, said) and "damaged or crafted" in said, said
     assert peak_mb < 2 * CAP_MB, said  # x_train alone would be 420 MB
+
+
+@pytest.mark.slow
+def test_an_array_in_two_members_is_refused_before_either_is_decompressed(tmp_path):
+    duplicated_npz(tmp_path / "dup.npz")  # numpy reads the 150 MB x_train, not x_train.npy
+    said, peak_mb = _load_in_a_child(tmp_path / "dup.npz")
+    assert said == (
+        "dataset 'dup.npz' holds two arrays named x_train (x_train and x_train.npy): write it "
+        "again with numpy.savez"
+    )
+    assert peak_mb < 2 * CAP_MB, said  # as float32, the pixels alone are 600 MB
 
 
 @pytest.mark.parametrize(
