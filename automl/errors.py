@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ class TargetUnavailable(AutomlError):
 
 
 class DiskFull(TargetUnavailable):
-    """A trial's write found this host's disk full or over quota: every trial here would fail
-    the same way, so its worker stops serving the study, as for an absent target."""
+    """A trial's write found this host's disk full, over quota or read-only: every trial of
+    every study here would fail the same way, so its worker stops (exit code 3)."""
 
 
 class UnsupportedQuantization(AutomlError):
@@ -73,3 +74,14 @@ def validation_details(error: ValidationError) -> str:
         message = validation_message(item)
         lines.append(f"  {where}: {message}" if where else f"  {message}")
     return "\n".join(lines)
+
+
+def host_trouble(error: BaseException) -> bool:
+    """Whether ``error`` is this host's trouble, not its study's: out of memory (torch's CUDA
+    error, or its CPU allocator's RuntimeError), or a file or disk error (EIO, ENOSPC, EMFILE).
+    torch is looked up only if something imported it already."""
+    torch = sys.modules.get("torch")
+    out_of_memory = (torch.OutOfMemoryError,) if torch is not None else ()
+    if isinstance(error, (MemoryError, OSError, *out_of_memory)):
+        return True
+    return isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate" in str(error)

@@ -16,17 +16,18 @@ from torch import nn
 
 
 class Flaky(nn.Module):
-    """A linear model over the 8x8 digits whose second run calls ``fail``."""
+    """A linear model over the 8x8 digits whose runs after the first ``good`` call ``fail``."""
 
-    def __init__(self, fail) -> None:
+    def __init__(self, fail, good: int = 1) -> None:
         super().__init__()
         self.fc = nn.Linear(64, 10)
         self.fail = fail
+        self.good = good
         self.runs = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.runs += 1
-        if self.runs > 1:
+        if self.runs > self.good:
             self.fail()
         return self.fc(x.flatten(1))
 
@@ -65,3 +66,8 @@ def numpy_out_of_memory() -> nn.Module:
 def torch_out_of_memory() -> nn.Module:
     """A real failed allocation of torch's CPU allocator: this host's trouble."""
     return Flaky(_torch_out_of_memory)
+
+
+def out_of_memory_at_once() -> nn.Module:
+    """A real ``MemoryError`` on the model's first run, where the check first runs it."""
+    return Flaky(_numpy_out_of_memory, good=0)

@@ -7,7 +7,6 @@ COMPLETE or RUNNING, so concurrent workers stop at exactly ``n_trials`` COMPLETE
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,7 +15,7 @@ import optuna
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from automl.errors import Aborted, AutomlError, InputRefused
+from automl.errors import Aborted, AutomlError, InputRefused, host_trouble
 from automl.fleet.signals import GracefulStop  # also imported from here by its callers
 from automl.fleet.tracking import tracker
 from automl.inputs.data import cached_dataset
@@ -190,7 +189,7 @@ def _check_inputs(study: optuna.Study, spec: StudySpec, objective: StudyObjectiv
         if storage_unreachable(e):
             raise
         said = _first_line(e, objective.data_root)
-        if _host_trouble(e):
+        if host_trouble(e):
             logger.warning("study %s: checking its inputs raised %s", spec.name, said, exc_info=e)
             raise AutomlError(
                 f"checking the inputs of study {spec.name!r} failed on this host ({said}); the "
@@ -213,17 +212,6 @@ def _first_line(error: Exception, data_root: str | None) -> str:
     if data_root is not None:
         said = said.replace(f"{data_root.rstrip('/')}/", "")
     return f"{type(error).__name__}{': ' + said if said else ''}"
-
-
-def _host_trouble(error: Exception) -> bool:
-    """Whether ``error`` is this host's trouble, not the study's: out of memory (torch's CUDA
-    error, or its CPU allocator's RuntimeError), or a file or disk error (EIO, ENOSPC, EMFILE).
-    torch is looked up only if something imported it already."""
-    torch = sys.modules.get("torch")
-    out_of_memory = (torch.OutOfMemoryError,) if torch is not None else ()
-    if isinstance(error, (MemoryError, OSError, *out_of_memory)):
-        return True
-    return isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate" in str(error)
 
 
 def _mean_complete_s(study: optuna.Study) -> float | None:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from automl.errors import InputRefused, SpecError
+from automl.errors import InputRefused, SpecError, host_trouble
 from automl.inputs.data import cached_dataset
 from automl.inputs.onnx_model import OnnxModel, open_onnx
 from automl.inputs.trained_model import FactoryUnavailable, TrainedModel, open_trained
@@ -160,7 +160,9 @@ def _check_outputs(model: nn.Module, inputs: torch.Tensor, data: Dataset, name: 
             out = model(inputs)
     except SpecError as e:  # the logits could not be picked out of the output
         raise SpecError(f"model {name!r}: {e}") from None
-    except Exception as e:  # the user's forward
+    except Exception as e:  # the user's forward; out of memory here is this host's
+        if host_trouble(e):
+            raise
         raise SpecError(
             f"model {name!r} cannot run on the data (samples of shape {data.input_shape}): "
             f"{type(e).__name__}: {e}"
@@ -210,6 +212,8 @@ def _exported_accuracies(model: nn.Module, data: Dataset, name: str) -> tuple[fl
         try:
             path = export_onnx(model, data.x_val[:64], Path(tmp) / "model.onnx").path
         except Exception as e:  # TrialFailed, or the exporter's own errors
+            if host_trouble(e):  # out of memory, a full temporary folder
+                raise
             raise SpecError(
                 f"model {name!r} cannot be exported to ONNX: {type(e).__name__}: "
                 f"{str(e).splitlines()[0] if str(e) else ''}"

@@ -93,6 +93,7 @@ def test_a_study_whose_weights_file_is_empty_fails_and_the_worker_goes_on(env, t
         ("disk_error", "(OSError: [Errno 5] Input/output error: 'codebook.bin')"),
         ("numpy_out_of_memory", "(MemoryError: Unable to allocate 8.00 PiB"),
         ("torch_out_of_memory", "(RuntimeError: [enforce fail at alloc_cpu.cpp"),
+        ("out_of_memory_at_once", "(MemoryError: Unable to allocate 8.00 PiB"),
     ],
 )
 def test_a_study_whose_input_check_fails_on_this_host_stays_queued_and_the_worker_goes_on(
