@@ -17,6 +17,7 @@ standardised like floats.
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -48,6 +49,9 @@ STANDARDIZE_MODES = ("auto", "none", "scalar", "per_feature", "per_channel")
 DESCRIPTION_ATTR = "data_description"
 # The float64 temporaries of the standardisation's statistics take at most this, a block of rows.
 _BLOCK_BYTES = 16 * 2**20
+# One load at a time in a process: AUTOML_DATA_MAX_MB bounds one load, and the REST service
+# checks concurrent submissions' datasets in its threads. Re-entrant: a plugin may load one.
+_ONE_LOAD_AT_A_TIME = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,20 @@ def load_dataset(
     name = name or source
     if standardize not in STANDARDIZE_MODES:
         raise DataError(f"standardize {standardize!r} is not one of {list(STANDARDIZE_MODES)}")
-    arrays = _read_source(source, seed=seed, name=name)
+    with _ONE_LOAD_AT_A_TIME:
+        arrays = _read_source(source, seed=seed, name=name)
+        return _split_and_finish(arrays, name, seed, val_fraction, calib_size, standardize)
+
+
+def _split_and_finish(
+    arrays: dict[str, np.ndarray],
+    name: str,
+    seed: int,
+    val_fraction: float,
+    calib_size: int,
+    standardize: str,
+) -> Dataset:
+    """:func:`load_dataset` once the arrays are read."""
     vocab_size = read_vocab_size(arrays.pop(VOCAB_KEY, None), name)
     validate(arrays, name)
     if vocab_size is not None:
