@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from automl.errors import AutomlError, InputRefused
+from automl.errors import AutomlError, DiskFull, InputRefused
 from automl.fleet.study_loop import run_study_loop, storage_unreachable
 from automl.hosts import worker_name
 from automl.records import CONVERGED_ATTR, REFUSED_ATTR, STOP_ATTR
@@ -105,6 +105,10 @@ def work(
 
     Returns:
         How many trials this worker ran.
+
+    Raises:
+        DiskFull: A trial found this host's disk full, over quota or read-only: this worker
+            stops, rather than lose a trial of every other study to it.
     """
     served = scope.targets
     if served is None:
@@ -138,6 +142,8 @@ def _serve(
                 continue
             if exit_when_idle:
                 break
+        except DiskFull:  # the host's disk: every other study's trials would fail on it too
+            raise
         except Exception as e:
             if name is not None and not storage_unreachable(e):
                 # Other studies must not wait on this one, nor die with it.

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 _TMP = ".tmp-"  # the stage cache's prefix too: a name no artifact id (a UUID) takes
 # A write that fails with one of these fails every write after it on this host.
-_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 class AtomicArtifactStore(FileSystemArtifactStore):
@@ -86,7 +86,8 @@ def require_writable(folder: Path, fix: str) -> None:
 
 
 def disk_full(error: BaseException) -> bool:
-    """Whether ``error``, or an error it was raised from, says the disk is full or over quota.
+    """Whether ``error``, or an error it was raised from, says the disk is full, over quota or
+    read-only (e.g. remounted so after an I/O error): no write of this host's can succeed.
 
     Libraries with C++ cores (torch, ONNX Runtime) re-raise it as a ``RuntimeError`` that
     keeps only the message, so that is read too.

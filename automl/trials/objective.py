@@ -54,9 +54,9 @@ if TYPE_CHECKING:
     from automl.trials.stage_cache import StageCache
 
 INTERRUPTED = "interrupted: a second stop signal (Ctrl-C or SIGTERM) aborted the trial"
-DISK_FULL = (
-    "no space left on device (or over quota): this worker stops; free space in "
-    "AUTOML_ARTIFACTS_DIR and the temporary folder, then resume"
+DISK_FULL = (  # under 160 characters: the CLI's one line
+    "no space left, over quota, or read-only: this worker stops for every study; free space in "
+    "AUTOML_ARTIFACTS_DIR and the temp folder, or make them writable"
 )
 logger = logging.getLogger("automl.trials.trial")
 

@@ -1,5 +1,6 @@
 """Disks that trials cannot write to: a read-only artifacts folder is refused before anything
-runs, and a full disk stops a study at its first failed trial with no partial file left."""
+runs, and a full disk stops a study, or a worker of several, at its first failed trial with no
+partial file left."""
 
 from __future__ import annotations
 
@@ -61,5 +62,22 @@ def test_a_full_disk_stops_the_study_at_its_first_trial_and_leaves_no_partial_fi
     trials = optuna.load_study(study_name="full", storage=cli.storage).trials
     assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL]
     reason = trials[0].user_attrs["fail_reason"]
-    assert reason.startswith("DiskFull: no space left on device") and "\n" not in reason
+    assert reason == f"DiskFull: {DISK_FULL}"
     assert out.stderr.splitlines()[-1] == f"error: {DISK_FULL}"  # said once, in one line
+
+
+def test_a_full_disk_stops_a_worker_at_its_first_trial_and_no_other_study_loses_one(cli):
+    (cli.root / "wide.yaml").write_text(_WIDE)
+    for name in ("first", "second"):  # oldest first: the worker takes "first"
+        cli("study", "start", "--space", "wide.yaml", "--n-trials", "2", "--name", name,
+            "--detach")  # fmt: skip
+    with tmpfs(cli.root / "artifacts", size_kb=512) as folder:
+        fill(folder, leave_kb=64)  # room for the worker's check, not for a model
+        out = cli("worker", check=False)
+    said = out.stdout + out.stderr
+    assert out.returncode == 3 and "Traceback" not in said, said
+    assert out.stderr.splitlines()[-1] == f"error: {DISK_FULL}"
+    first = optuna.load_study(study_name="first", storage=cli.storage).trials
+    assert [t.state for t in first] == [optuna.trial.TrialState.FAIL]
+    assert first[0].user_attrs["fail_reason"] == f"DiskFull: {DISK_FULL}"
+    assert optuna.load_study(study_name="second", storage=cli.storage).trials == []

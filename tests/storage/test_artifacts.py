@@ -68,3 +68,13 @@ def test_a_full_disk_is_told_from_other_errors():
     assert disk_full(RuntimeError("write: Disk quota exceeded"))  # a C++ library's message
     assert not disk_full(OSError(errno.EACCES, "Permission denied"))
     assert not disk_full(ValueError("bad shape"))
+
+
+def test_a_folder_that_became_read_only_counts_as_a_full_disk(tmp_path):
+    with tmpfs(tmp_path / "art", size_kb=64, read_only=True) as folder:
+        store = open_artifact_store(Settings(artifacts_dir=folder))
+        with pytest.raises(OSError) as raised:
+            store.write("model", io.BytesIO(b"x"))
+    assert raised.value.errno == errno.EROFS
+    assert disk_full(raised.value)  # every write of this host's fails alike: the worker stops
+    assert disk_full(RuntimeError("open: Read-only file system"))  # a C++ library's message
