@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("api.serve")
 _STARTUP_FAILURE = 3  # uvicorn's exit code when the server could not start
+_HOST_UNUSABLE = 3  # a local worker's exit when this host's disk takes no trial's files
 
 
 def serve_command(
@@ -64,13 +65,15 @@ def serve(
 
     Raises:
         SpecError: No API token is configured and the address is not loopback, or dev mode
-            is off; or the storage URL is malformed.
+            is off; or the storage URL is malformed; or there are workers and the artifacts
+            folder cannot be written (each of their trials would fail on it).
     """
     import uvicorn
 
     from api import create_app
     from api.security import configured_tokens
     from automl.hosts import is_loopback
+    from automl.storage.artifacts import require_writable
     from automl.storage.factory import open_storage
     from automl.targets import list_targets
     from automl.targets.gpus import list_gpus, worker_environment
@@ -82,6 +85,8 @@ def serve(
             f"refusing to serve on {host!r} without an API token: set AUTOML_API_TOKENS "
             "or AUTOML_API_TOKEN_FILE (dev mode is for 127.0.0.1 only)"
         )
+    if workers:  # before the storage is created, as `automl study start` does
+        require_writable(settings.artifacts_dir, "AUTOML_ARTIFACTS_DIR")
     url = storage_url or settings.storage
     app = create_app(settings, storage=open_storage(url, settings))
     gpus = list_gpus() if workers else []
@@ -113,7 +118,8 @@ class LocalWorkers:
     A worker that was killed or crashed (a non-zero exit code) is restarted; its running trial
     stays RUNNING until its heartbeat lapses, then the reaper fails and retries it. A worker
     that dies within ``crash_loop_s`` of its start more than ``crash_loop_restarts`` times in a
-    row is left dead, with the reason in the log above it. None is restarted once ``halted()``
+    row is left dead, with the reason in the log above it, and so is one that stopped on a disk
+    that takes no trial's files (exit code 3). None is restarted once ``halted()``
     (the server is shutting down: a Ctrl-C reaches every process of the group).
     """
 
@@ -194,6 +200,10 @@ class LocalWorkers:
             logger.info("worker %d stopped", index)
             self._processes[index] = None
             return
+        if code == _HOST_UNUSABLE:  # a new one would lose a trial to the same disk
+            logger.error("worker %d stopped: its log above says why; not started again", index)
+            self._processes[index] = None
+            return
         quick = time.monotonic() - self._started[index] < self._crash_loop_s
         self._quick_deaths[index] = self._quick_deaths[index] + 1 if quick else 0
         if self._quick_deaths[index] > self._crash_loop_restarts:
@@ -227,15 +237,20 @@ def worker_process(
             worker's GPU (see :func:`automl.targets.gpus.worker_environment`).
     """
     os.environ.update(environment or {})
+    from automl.errors import DiskFull
     from automl.fleet.scheduler import work
     from automl.fleet.study_loop import GracefulStop
     from automl.storage.factory import cached, open_artifact_store, open_storage
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("automl").setLevel(logging.INFO)
-    work(
-        cached(open_storage(storage_url, settings)),
-        artifact_store=open_artifact_store(settings),
-        settings=settings,
-        stop=GracefulStop().install(),
-    )
+    try:
+        work(
+            cached(open_storage(storage_url, settings)),
+            artifact_store=open_artifact_store(settings),
+            settings=settings,
+            stop=GracefulStop().install(),
+        )
+    except DiskFull as e:
+        logger.error("worker: %s", e)
+        raise SystemExit(_HOST_UNUSABLE) from None

@@ -1,4 +1,5 @@
-"""``automl serve``'s local worker processes: a killed or crashed one is started again."""
+"""``automl serve``'s local worker processes: a killed or crashed one is started again, and none
+starts on an artifacts folder it cannot write."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import time
 
 import httpx
+from disks import tmpfs
 
 from api import create_app
 from api.serve import LocalWorkers
@@ -48,6 +50,16 @@ def test_a_worker_that_keeps_crashing_at_start_is_left_dead_and_one_that_stopped
     assert any(r.getMessage() == "worker 1 stopped" for r in caplog.records)  # exit 0: no restart
 
 
+def test_a_worker_stopped_by_a_full_or_read_only_disk_is_not_started_again(caplog):
+    stopped = LocalWorkers([(3,)], target=sys.exit, poll_s=0.05)  # worker_process's exit on it
+    with caplog.at_level("INFO", logger="api.serve"):
+        stopped.start()
+        _wait_for(lambda: stopped._processes == [None])
+        stopped.stop()
+    assert not any("starting it again" in r.getMessage() for r in caplog.records)
+    assert any("worker 0 stopped: its log above says why" in r.getMessage() for r in caplog.records)
+
+
 def test_no_worker_is_started_again_once_the_server_is_shutting_down():
     shutting_down = False
     workers = LocalWorkers([(60,)], target=time.sleep, poll_s=0.05, halted=lambda: shutting_down)
@@ -85,3 +97,16 @@ def test_healthz_counts_the_live_workers_and_is_503_once_all_have_died(
         crashing.stop()
     assert (alive.status_code, alive.json()["workers"]) == (200, 1)
     assert (dead.status_code, dead.json()["code"]) == (503, "no_live_worker")
+
+
+def test_serve_refuses_a_read_only_artifacts_folder_before_it_starts(cli, zygote):
+    folder = cli.root / "artifacts"
+    with tmpfs(folder, size_kb=64, read_only=True):  # root writes through permission bits
+        env = {**cli.env, "AUTOML_DEV_MODE": "true"}  # it would serve, on loopback
+        out = zygote.run(["serve", "--port", "0"], cwd=cli.root, env=env, timeout=30)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert " ".join(out.stderr.split()) == (
+        f"error: artifacts folder '{folder}' cannot be written: Read-only file system; give a "
+        "writable AUTOML_ARTIFACTS_DIR"
+    )
+    assert not (cli.root / "studies").exists()  # no storage was created for it
