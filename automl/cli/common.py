@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from automl.errors import TargetUnavailable
 
@@ -43,8 +44,12 @@ def shown_url(url: str | None) -> str:
 
 
 def fail(error: Exception) -> typer.Exit:
-    """Print ``error`` as one line and return the exit to raise: 3 for an absent target, else 2."""
-    err.print(f"[bold red]error:[/] {error}", highlight=False)
+    """Print ``error`` as one line and return the exit to raise: 3 for an absent target, else 2.
+
+    The line is never wrapped (a terminal folds it as it shows it), and brackets in the message
+    are text, not markup.
+    """
+    err.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2 if not isinstance(error, TargetUnavailable) else 3)
 
 

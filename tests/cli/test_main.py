@@ -109,3 +109,12 @@ def test_version_prints_the_package_version_without_importing_torch():
         [sys.executable, "-m", "automl", "--version"], capture_output=True, text=True
     )
     assert (done.returncode, done.stdout) == (0, f"automl {version('automl')}\n")
+
+
+def test_a_long_error_is_one_line_and_its_brackets_are_text(cli):
+    path = cli.root / ("s" * 150 + "[bold]x[/bold].db")
+    out = cli("study", "list", "--storage", f"sqlite:///{path}", check=False)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert (
+        out.stderr.startswith("error: no storage at ") and f"'{path}' does not exist" in out.stderr
+    )
