@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import sqlite3
 import time
@@ -30,7 +31,7 @@ from automl.errors import SpecError, StorageUnavailable
 from automl.storage.rdb import HeartbeatRDBStorage
 
 if TYPE_CHECKING:
-    from collections.abc import Container
+    from collections.abc import Callable, Container
 
     from optuna.artifacts import FileSystemArtifactStore
     from optuna.storages import BaseStorage
@@ -46,6 +47,18 @@ _SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite da
 _OPTUNA_TABLES = frozenset(BaseModel.metadata.tables)
 
 
+def _rereads(write: Callable[..., Any]) -> Callable[..., Any]:
+    """A trial write of :class:`TrialCache`: the trial's next read goes to the database."""
+
+    @functools.wraps(write)
+    def written(self: TrialCache, trial_id: int, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:  # before the write, so that no read between them gets the blank trial
+            self._created.discard(trial_id)
+        return write(self, trial_id, *args, **kwargs)
+
+    return written
+
+
 class TrialCache(_CachedStorage):
     """Optuna's trial cache, with fewer queries per trial.
 
@@ -53,14 +66,21 @@ class TrialCache(_CachedStorage):
     unfinished trial of the study again, with its params and attrs: with 32 workers on a study,
     32 RUNNING trials per ``ask`` (15 ms of a worker's CPU). Here a study with no WAITING trial
     answers at once; one with some is read as before. And the trial ``ask`` creates is not read
-    back.
+    back, unless something was written to it first.
     """
 
     _backend: HeartbeatRDBStorage
 
     def __init__(self, backend: HeartbeatRDBStorage) -> None:
         super().__init__(backend)
-        self._created: set[int] = set()  # blank trials created here and not yet read
+        self._created: set[int] = set()  # blank trials created here, not yet read or written
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """Optuna's picklable state; a copy reads its first trial from the database.
+
+        The copy would not see the writes made here after it was taken.
+        """
+        return {**super().__getstate__(), "_created": set()}
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         """Create a trial; a blank one (``ask``'s) is kept for the ``get_trial`` that follows."""
@@ -75,6 +95,7 @@ class TrialCache(_CachedStorage):
 
         ``ask`` creates a trial and at once reads it back (six queries). Nothing has written to
         it in between: it is still the RUNNING trial without params or attrs that was cached.
+        A trial written first (a param, a value, an attr) is read from the database.
         """
         with self._lock:
             if trial_id in self._created:
@@ -83,6 +104,13 @@ class TrialCache(_CachedStorage):
                 return copy.deepcopy(self._studies[study_id].trials[number])
         return super().get_trial(trial_id)
 
+    set_trial_param = _rereads(_CachedStorage.set_trial_param)
+    set_trial_state_values = _rereads(_CachedStorage.set_trial_state_values)
+    set_trial_intermediate_value = _rereads(_CachedStorage.set_trial_intermediate_value)
+    set_trial_user_attr = _rereads(_CachedStorage.set_trial_user_attr)
+    set_trial_system_attr = _rereads(_CachedStorage.set_trial_system_attr)
+
+    @_rereads
     def set_trial_attrs(
         self,
         trial_id: int,
