@@ -131,17 +131,9 @@ def test_a_first_run_that_must_hold_and_breaks_ends_the_search() -> None:
 def test_a_model_that_breaks_the_slo_at_the_rate_to_beat_is_served_once(tmp_path) -> None:
     """:func:`measure_serving` on a real graph: a rate to beat far above what it serves ends the
     search after one run, recorded with no max rate; one it can serve starts the search."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from tiny_graphs import tiny_matmul
 
-    weights = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["input", "w"], ["output"])], "tiny",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3])], [weights],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    onnx.save(model, tmp_path / "tiny.onnx")
+    tiny_matmul(tmp_path / "tiny.onnx")
     scenario = Serving(slo_p99_ms=20, duration_s=0.2)
 
     def serve(rate_to_beat: float, probes: int = 6) -> dict:

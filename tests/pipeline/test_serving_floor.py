@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tiny_graphs import tiny_matmul
 
 from automl.candidate import Batching
 from automl.pipeline.serving import measure_serving
@@ -23,18 +24,7 @@ LOOSE_SLO_MS = 60_000.0  # a minute: no host is that busy
 
 @pytest.fixture
 def tiny_onnx(tmp_path):
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    weights = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["input", "w"], ["output"])], "tiny",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3])], [weights],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    onnx.save(model, tmp_path / "tiny.onnx")
-    return tmp_path / "tiny.onnx"
+    return tiny_matmul(tmp_path / "tiny.onnx")
 
 
 def test_the_floor_is_measured_at_the_scenarios_rate_and_stops_at_a_run_within_the_limit():
