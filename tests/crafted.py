@@ -16,10 +16,12 @@ _SMALL = {
 _BLOCK = 4 * 2**20  # zeros written at a time
 
 
-def crafted_npz(path, rows: int = 6_000_000, cols: int = 50, key: str = "x_train") -> None:
-    """An .npz of about 1 MB whose array ``key`` decompresses to rows x cols float32 (1.2 GB by
-    default), written without ever holding the array."""
-    crafted_headers_npz(path, {key: ((rows, cols), "<f4", rows * cols * 4)})
+def crafted_npz(
+    path, rows: int = 6_000_000, cols: int = 50, key: str = "x_train", level: int | None = None
+) -> None:
+    """An .npz of about 1 MB (5 MB at deflate ``level`` 1) whose array ``key`` decompresses to
+    rows x cols float32 (1.2 GB by default), written without ever holding the array."""
+    crafted_headers_npz(path, {key: ((rows, cols), "<f4", rows * cols * 4)}, level=level)
 
 
 def crafted_headers_npz(
