@@ -22,12 +22,12 @@ def _values(trial: dict) -> tuple[float, float]:
 
 def test_study_end_to_end_through_the_cli(cli, tmp_path):
     out = cli(
-        "study", "start", "--space", "digits-mlp", "--n-trials", "3", "--name", "e2e",
+        "study", "start", "--space", "digits-mlp", "--n-trials", "2", "--name", "e2e",
         "--remeasure-front",
     )  # fmt: skip
     assert "Pareto front of e2e" in out.stdout
     assert "re-measured" in out.stdout
-    for number in range(3):  # no terminal: one line per finished trial, Optuna's own quiet
+    for number in range(2):  # no terminal: one line per finished trial, Optuna's own quiet
         assert f"e2e: trial {number} accuracy " in out.stdout, out.stdout
     assert "[I " not in out.stderr
 
@@ -43,7 +43,7 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
     assert "automl_spec" in study.user_attrs
 
     info = json.loads(cli("study", "show", "e2e", "--json").stdout)
-    assert info["state"] == "done" and info["counts"]["COMPLETE"] == 3
+    assert info["state"] == "done" and info["counts"]["COMPLETE"] == 2
     listed = json.loads(cli("study", "list", "--json").stdout)
     assert [s["name"] for s in listed] == ["e2e"]
 
@@ -67,7 +67,7 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
         "--space",
         "digits-mlp",
         "--n-trials",
-        "3",
+        "2",
         "--name",
         "e2e",
         "--seed",
@@ -103,7 +103,7 @@ def test_absent_target_is_refused_before_training(cli, tmp_path):
     started = time.monotonic()
     out = cli(
         "study", "start", "--target", "a100", "--space", "digits-gpu", "--n-trials", "2",
-        check=False,
+        "--no-remeasure-front", check=False,
     )  # fmt: skip
     assert out.returncode != 0
     assert "automl worker --target a100" in out.stderr
@@ -140,7 +140,8 @@ def test_an_npz_dataset_anywhere_is_used_and_a_malformed_one_refused_up_front(cl
     arrays = {"x_train": digits.x_train, "y_train": digits.y_train}
     np.savez(elsewhere / "mine.npz", **arrays, x_test=digits.x_test, y_test=digits.y_test)
     np.savez(elsewhere / "half.npz", **arrays)
-    args = ["study", "start", "--space", "digits-mlp", "--n-trials", "1", "--dataset"]
+    args = ["study", "start", "--space", "digits-mlp", "--n-trials", "1", "--no-remeasure-front"]
+    args.append("--dataset")
     cli(*args, str(elsewhere / "mine.npz"), "--name", "mine")
     assert json.loads(cli("study", "show", "mine", "--json").stdout)["counts"]["COMPLETE"] == 1
     out = cli(*args, str(elsewhere / "half.npz"), "--name", "half", check=False)
@@ -179,9 +180,14 @@ def test_bad_input_is_a_clear_error(cli):
 
 
 def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
-    args = [*AUTOML, "study", "start", "--space", "digits-mlp", "--n-trials", "5", "--name", "r"]
+    args = ["study", "start", "--space", "digits-mlp", "--n-trials", "3", "--name", "r"]
+    args.append("--no-remeasure-front")
     process = subprocess.Popen(
-        args, cwd=tmp_path, env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*AUTOML, *args],
+        cwd=tmp_path,
+        env=cli.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 300
     while count_state(cli.storage, "COMPLETE") < 2 and time.monotonic() < deadline:
@@ -192,17 +198,18 @@ def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
     before = {t.number for t in study.trials if t.state.name == "COMPLETE"}
     assert len(before) >= 2
 
-    cli("study", "start", "--space", "digits-mlp", "--n-trials", "5", "--name", "r")
+    cli(*args)
     trials = optuna.load_study(study_name="r", storage=cli.storage).trials
     after = {t.number for t in trials if t.state.name == "COMPLETE"}
-    assert before <= after and len(after) == 5
+    assert before <= after and len(after) == 3
     assert not [t for t in trials if t.state.name == "RUNNING"]
 
 
 def test_two_jobs_on_sqlite_complete_exactly_n(cli):
     out = cli(
-        "study", "start", "--space", "digits-mlp", "--n-trials", "4", "--name", "j", "--jobs", "2"
-    )
+        "study", "start", "--space", "digits-mlp", "--n-trials", "4", "--name", "j", "--jobs", "2",
+        "--no-remeasure-front",
+    )  # fmt: skip
     assert "locked" not in out.stderr
     trials = optuna.load_study(study_name="j", storage=cli.storage).trials
     assert sum(t.state.name == "COMPLETE" for t in trials) == 4
@@ -223,6 +230,7 @@ def test_one_spec_on_two_targets_and_compare(cli):
         "2",
         "--name",
         "m",
+        "--no-remeasure-front",
     )
     assert "automl worker --target a100" in out.stdout
     states = {s["name"]: s["state"] for s in json.loads(cli("study", "list", "--json").stdout)}
@@ -232,7 +240,8 @@ def test_one_spec_on_two_targets_and_compare(cli):
     assert {k: v for k, v in a100.items() if k not in ("name", "target")} == {
         k: v for k, v in cpu.items() if k not in ("name", "target")
     }
-    cli("study", "start", "--space", "digits-gpu", "--n-trials", "2", "--name", "m2", "--seed", "1")
+    cli("study", "start", "--space", "digits-gpu", "--n-trials", "2", "--name", "m2", "--seed", "1",
+        "--no-remeasure-front")  # fmt: skip
     comparison = json.loads(cli("study", "compare", "m-cpu", "m2", "--json").stdout)
     assert comparison["studies"] == {"m-cpu": "cpu", "m2": "cpu"}
     fronts = {
