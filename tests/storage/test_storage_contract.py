@@ -2,7 +2,8 @@
 
 automl's storages subclass private parts of Optuna (its RDB storage and its trial cache), so
 Optuna's contract suite is what tells us that they still keep Optuna's promises. A storage kind
-is covered once it is listed in ``KINDS``, on SQLite and on PostgreSQL alike.
+is covered once it is listed in ``KINDS``, on SQLite and on PostgreSQL unless ``_DATABASES`` says
+otherwise.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ KINDS: dict[str, Callable[[HeartbeatRDBStorage], BaseStorage]] = {
     "rdb": lambda opened: opened,
     "cached": cached,
 }
+# The RDB kind runs on SQLite only: on PostgreSQL the trial cache reaches each of its overrides
+# that the contract calls (the create and the state change), and Optuna's CI runs the rest.
+_DATABASES = {"rdb": ("sqlite",)}
 # Optuna's tables less its version row: emptied between tests, children first.
 _TABLES = [t for t in reversed(BaseModel.metadata.sorted_tables)
            if t.name != VersionInfoModel.__tablename__]  # fmt: skip
@@ -64,7 +68,10 @@ def postgresql_storage() -> Iterator[HeartbeatRDBStorage]:
         opened.engine.dispose()
 
 
-@pytest.fixture(params=[(k, d) for k in KINDS for d in ("sqlite", "postgresql")], ids="-".join)
+@pytest.fixture(
+    params=[(k, d) for k in KINDS for d in _DATABASES.get(k, ("sqlite", "postgresql"))],
+    ids="-".join,
+)
 def storage(request) -> BaseStorage:
     """An empty storage of each kind, on each database: the fixture Optuna's tests take.
 
