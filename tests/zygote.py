@@ -19,12 +19,16 @@ with the child's pid, then its exit status.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -72,6 +76,29 @@ class Zygote:
                 command, code, out.read_text(errors="replace"), err.read_text(errors="replace")
             )
 
+    def popen(
+        self, args: list[str], *, cwd: Path, env: dict[str, str], merge_stderr: bool = True
+    ) -> ForkedProcess:
+        """``python -m automl *args`` started in the background, in a new session (so that
+        ``os.killpg(process.pid, ...)`` reaches it and what it starts): as ``subprocess.Popen``
+        with ``stdout=PIPE, text=True`` and ``stderr=STDOUT``, or, unless ``merge_stderr``,
+        a ``stderr`` to read once it has ended."""
+        if _startup_variables(env) != self._startup:
+            return subprocess.Popen(
+                [sys.executable, "-m", "automl", *args], cwd=cwd, env=env, text=True,
+                stdout=subprocess.PIPE, start_new_session=True,
+                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            )  # fmt: skip
+        folder = Path(tempfile.mkdtemp(prefix="zygote-"))
+        out, err, status = folder / "stdout", folder / "stderr", folder / "status"
+        os.mkfifo(out)
+        err = out if merge_stderr else err
+        request = {"args": args, "cwd": str(cwd), "env": env, "out": str(out), "err": str(err),
+                   "status": str(status)}  # fmt: skip
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        return ForkedProcess(self._answer(30)["pid"], out, status)
+
     def close(self) -> None:
         """End the zygote."""
         self._process.stdin.close()
@@ -87,6 +114,59 @@ class Zygote:
         return json.loads(line)
 
 
+class ForkedProcess:
+    """A command that :meth:`Zygote.popen` started: the parts of ``subprocess.Popen`` tests use.
+
+    Its parent is a process of the zygote's, which writes its exit status to ``status``.
+    """
+
+    def __init__(self, pid: int, out: Path, status: Path) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stderr: io.StringIO | None = None  # filled when it ends, unless merged
+        self._status = status
+        self.stdout = open(out, errors="replace")  # noqa: SIM115 - closed at its end of file
+
+    def poll(self) -> int | None:
+        """The exit status, or None while it runs."""
+        if self.returncode is None and self._status.exists():
+            self.returncode = int(self._status.read_text())
+            if (err := self._status.with_name("stderr")).exists():
+                self.stderr = io.StringIO(err.read_text(errors="replace"))
+            shutil.rmtree(self._status.parent)  # its output, a FIFO, stays open to read
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for its end; ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("automl", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str | None]:
+        """The rest of its output and its stderr (None if merged), once it has ended."""
+        rest: list[str] = []
+        reader = threading.Thread(target=lambda: rest.append(self.stdout.read()), daemon=True)
+        reader.start()
+        self.wait(timeout)
+        reader.join(timeout)
+        if reader.is_alive():  # a process it started still holds the output open
+            raise subprocess.TimeoutExpired("automl", timeout)
+        self.stdout.close()
+        return rest[0], None if self.stderr is None else self.stderr.read()
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the process (not its group), if it has not ended."""
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL it."""
+        self.send_signal(signal.SIGKILL)
+
+
 def _startup_variables(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
 
@@ -99,12 +179,45 @@ def _serve() -> None:
     base_path = [p for p in sys.path if p and Path(p).resolve() != Path(__file__).parent]
     for line in sys.stdin:
         request = json.loads(line)
+        if "status" in request:
+            _start_in_background(request, base_path)
+            continue
         pid = os.fork()
         if pid == 0:
             _child(request, base_path)
         os.write(1, (json.dumps({"pid": pid}) + "\n").encode())
         _, status = os.waitpid(pid, 0)
         os.write(1, (json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+
+
+def _start_in_background(request: dict, base_path: list[str]) -> None:
+    """Fork a parent for the command, which forks it, says its pid, and writes its exit status
+    to the status file when it ends; answer that pid."""
+    while True:  # reap the parents of commands that have ended
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.close(read)
+        for fd in (0, 1):  # the zygote's requests and answers are not this process's
+            os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            _child(request, base_path)
+        os.write(write, f"{pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        done = Path(request["status"])
+        done.with_suffix(".tmp").write_text(str(os.waitstatus_to_exitcode(status)))
+        done.with_suffix(".tmp").rename(done)  # whole, never half written
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        pid = int(answer.readline())
+    os.write(1, (json.dumps({"pid": pid}) + "\n").encode())
 
 
 def _child(request: dict, base_path: list[str]) -> None:
@@ -127,6 +240,9 @@ def _child(request: dict, base_path: list[str]) -> None:
         (1, request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
         (2, request["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     ):
+        if fd == 2 and path == request["out"]:  # stderr=STDOUT (a FIFO is opened once)
+            os.dup2(1, 2)
+            continue
         os.dup2(os.open(path, flags), fd)
     sys.argv = ["", *request["args"]]
     code = 0
