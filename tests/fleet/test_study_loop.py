@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import optuna
 import pytest
 from conftest import PgProxy, pg_schema
+from zygote import ForkedProcess
 
 from automl.search.spec import parse_spec
 from automl.service.create import create_study
@@ -22,7 +21,6 @@ from automl.storage.factory import open_storage
 # Worker processes and storage outages: end to end (not in make test-fast).
 pytestmark = pytest.mark.e2e
 
-AUTOML = [sys.executable, "-m", "automl"]
 SPACE = """name: quick
 params:
   arch.family: {type: fixed, value: mlp}
@@ -36,7 +34,7 @@ params:
 
 
 @pytest.fixture
-def fleet(tmp_path):
+def fleet(tmp_path, zygote):
     with pg_schema() as url:
         env = {
             **os.environ,
@@ -63,11 +61,9 @@ def fleet(tmp_path):
             create_study(parse_spec(spec), storage)
             return optuna.load_study(study_name=name, storage=storage)
 
-        def worker(*args: str) -> subprocess.Popen:
-            return subprocess.Popen(
-                [*AUTOML, "worker", *args], cwd=tmp_path, env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            )  # fmt: skip
+        def worker(*args: str) -> ForkedProcess:
+            """A real worker process, forked from the zygote: its imports are done once."""
+            return zygote.popen(["worker", *args], cwd=tmp_path, env=env)
 
         yield study, worker
 
@@ -120,7 +116,7 @@ def test_three_workers_reach_exactly_n_complete(fleet):
 
 def test_sigkilled_worker_trial_is_failed_and_retried(fleet):
     make_study, worker = fleet
-    study = make_study("crash", n_trials=3, epochs=15)
+    study = make_study("crash", n_trials=2, epochs=15)
     victim = worker("--target", "cpu", "--studies", "crash")
     killed = _running_on(study, victim.pid)
     victim.send_signal(signal.SIGKILL)
@@ -129,7 +125,7 @@ def test_sigkilled_worker_trial_is_failed_and_retried(fleet):
     output = survivor.communicate(timeout=600)[0]
     assert survivor.returncode == 0, output
     trials = study.get_trials()
-    assert _states(study) == {"COMPLETE": 3, "FAIL": 1}
+    assert _states(study) == {"COMPLETE": 2, "FAIL": 1}
     assert next(t for t in trials if t.number == killed.number).state.name == "FAIL"
     retries = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
     assert len(retries) == 1 and retries[0].params == _read_again(study, killed).params
@@ -159,7 +155,7 @@ def test_a_trial_reaped_while_it_runs_is_dropped_and_the_worker_goes_on(fleet):
 def test_sigterm_or_ctrl_c_finishes_the_running_trial_and_exits(fleet, signum, code):
     make_study, worker = fleet
     name = f"stop-{signum}"
-    study = make_study(name, n_trials=5, epochs=10)
+    study = make_study(name, n_trials=3, epochs=10)
     process = worker("--target", "cpu", "--studies", name)
     running = _running_on(study, process.pid)
     process.send_signal(signum)
@@ -167,7 +163,7 @@ def test_sigterm_or_ctrl_c_finishes_the_running_trial_and_exits(fleet, signum, c
     assert process.returncode == code, output  # a requested stop: 0; Ctrl-C: 130, as the shell
     assert study._storage.get_trial(running._trial_id).state.name == "COMPLETE"
     assert "RUNNING" not in _states(study)
-    assert _states(study)["COMPLETE"] < 5
+    assert _states(study)["COMPLETE"] < 3
 
 
 def test_a_second_ctrl_c_aborts_the_worker_trial_without_a_traceback(fleet):
@@ -240,7 +236,7 @@ def test_trials_whose_worker_died_before_its_heartbeat_thread_started_are_retrie
 
 def test_worker_survives_a_database_outage(fleet):
     make_study, worker = fleet
-    study = make_study("outage", n_trials=4, epochs=40)
+    study = make_study("outage", n_trials=2, epochs=40)
     proxy = PgProxy()
     url = study._storage._backend.url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
     process = worker("--target", "cpu", "--studies", "outage", "--storage", url)
@@ -255,7 +251,7 @@ def test_worker_survives_a_database_outage(fleet):
     assert process.returncode == 0, output
     assert "storage unreachable" in output
     states = _states(study)
-    assert states["COMPLETE"] == 4 and "RUNNING" not in states
+    assert states["COMPLETE"] == 2 and "RUNNING" not in states
 
 
 def test_a_loop_that_waits_on_a_stale_trial_says_for_what_and_how_long(tmp_path, caplog):
