@@ -22,12 +22,12 @@ def _values(trial: dict) -> tuple[float, float]:
 
 def test_study_end_to_end_through_the_cli(cli, tmp_path):
     out = cli(
-        "study", "start", "--space", "digits-mlp", "--n-trials", "2", "--name", "e2e",
+        "study", "start", "--space", "digits-mlp", "--n-trials", "3", "--name", "e2e",
         "--remeasure-front",
     )  # fmt: skip
     assert "Pareto front of e2e" in out.stdout
     assert "re-measured" in out.stdout
-    for number in range(2):  # no terminal: one line per finished trial, Optuna's own quiet
+    for number in range(3):  # no terminal: one line per finished trial, Optuna's own quiet
         assert f"e2e: trial {number} accuracy " in out.stdout, out.stdout
     assert "[I " not in out.stderr
 
@@ -43,7 +43,7 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
     assert "automl_spec" in study.user_attrs
 
     info = json.loads(cli("study", "show", "e2e", "--json").stdout)
-    assert info["state"] == "done" and info["counts"]["COMPLETE"] == 2
+    assert info["state"] == "done" and info["counts"]["COMPLETE"] == 3
     listed = json.loads(cli("study", "list", "--json").stdout)
     assert [s["name"] for s in listed] == ["e2e"]
 
@@ -67,7 +67,7 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
         "--space",
         "digits-mlp",
         "--n-trials",
-        "2",
+        "3",
         "--name",
         "e2e",
         "--seed",
@@ -180,7 +180,7 @@ def test_bad_input_is_a_clear_error(cli):
 
 
 def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
-    args = ["study", "start", "--space", "digits-mlp", "--n-trials", "3", "--name", "r"]
+    args = ["study", "start", "--space", "digits-mlp", "--n-trials", "5", "--name", "r"]
     args.append("--no-remeasure-front")
     process = subprocess.Popen(
         [*AUTOML, *args],
@@ -201,7 +201,7 @@ def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
     cli(*args)
     trials = optuna.load_study(study_name="r", storage=cli.storage).trials
     after = {t.number for t in trials if t.state.name == "COMPLETE"}
-    assert before <= after and len(after) == 3
+    assert before <= after and len(after) == 5
     assert not [t for t in trials if t.state.name == "RUNNING"]
 
 
