@@ -38,14 +38,20 @@ class CliRun:
     """A CLI process whose stdout a thread drains, so that a test can wait on what it shows.
 
     The environment makes rich draw its live progress line into the pipe, as on a terminal.
+    With a ``zygote``, the process is forked from it in a new session (see ``Zygote.popen``).
     """
 
-    def __init__(self, args: list[str], cwd, env: dict[str, str], **popen) -> None:
+    def __init__(self, args: list[str], cwd, env: dict[str, str], zygote=None, **popen) -> None:
         live = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
-        self.process = subprocess.Popen(
-            args, cwd=cwd, env={**env, **live}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, **popen,
-        )  # fmt: skip
+        if zygote is not None and args[: len(AUTOML)] == AUTOML:
+            self.process = zygote.popen(
+                args[len(AUTOML) :], cwd=cwd, env={**env, **live}, merge_stderr=False
+            )
+        else:
+            self.process = subprocess.Popen(
+                args, cwd=cwd, env={**env, **live}, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, **popen,
+            )  # fmt: skip
         self._chunks: list[bytes] = []
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
