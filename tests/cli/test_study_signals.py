@@ -5,19 +5,15 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import subprocess
 import time
 
 import optuna
 from cli_runs import AUTOML, PACED, CliRun, count_state, group_alive
 
 
-def test_sigterm_stops_study_start_and_its_jobs_after_their_trials(cli, tmp_path):
-    args = [*AUTOML, "study", "start", "--space", "digits-mlp", "--n-trials", "40", "--jobs", "2"]
-    process = subprocess.Popen(
-        [*args, "--name", "t"], cwd=tmp_path, env=cli.env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+def test_sigterm_stops_study_start_and_its_jobs_after_their_trials(cli, zygote, tmp_path):
+    args = ["study", "start", "--space", "digits-mlp", "--n-trials", "40", "--jobs", "2"]
+    process = zygote.popen([*args, "--name", "t"], cwd=tmp_path, env=cli.env, merge_stderr=False)
     deadline = time.monotonic() + 300
     while count_state(cli.storage, "COMPLETE") < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -29,7 +25,7 @@ def test_sigterm_stops_study_start_and_its_jobs_after_their_trials(cli, tmp_path
     assert sum(t.state.name == "COMPLETE" for t in trials) < 20
 
 
-def test_a_second_ctrl_c_aborts_the_running_trial_and_records_why(cli, tmp_path):
+def test_a_second_ctrl_c_aborts_the_running_trial_and_records_why(cli, zygote, tmp_path):
     slow = tmp_path / "slow.yaml"  # one long trial, so that both signals land inside it
     slow.write_text(
         "name: slow\nparams:\n  arch.family: {type: fixed, value: cnn}\n"
@@ -37,7 +33,7 @@ def test_a_second_ctrl_c_aborts_the_running_trial_and_records_why(cli, tmp_path)
         "  arch.kernel_size: {type: fixed, value: 5}\n  train.epochs: {type: fixed, value: 100}\n"
     )
     args = [*AUTOML, "study", "start", "--space", str(slow), "--n-trials", "1", "--name", "c"]
-    run = CliRun(args, tmp_path, cli.env)
+    run = CliRun(args, tmp_path, cli.env, zygote)
     run.wait_for("running 1")  # the progress line counts the trial while it runs
     run.process.send_signal(signal.SIGINT)
     run.wait_for("stop requested")  # logged above the live progress line
@@ -53,14 +49,13 @@ def test_a_second_ctrl_c_aborts_the_running_trial_and_records_why(cli, tmp_path)
     assert trial.user_attrs["fail_reason"].startswith("interrupted")
 
 
-def test_ctrl_c_ends_with_the_front_and_a_resume_command_that_resumes(cli, tmp_path):
+def test_ctrl_c_ends_with_the_front_and_a_resume_command_that_resumes(cli, zygote, tmp_path):
     paced = tmp_path / "paced.yaml"  # trials of seconds, so that Ctrl-C lands inside one
     paced.write_text(PACED % 150)
-    args = ["study", "start", "--space", str(paced), "--n-trials", "3", "--name", "r"]
-    process = subprocess.Popen(
-        [*AUTOML, *args, "--storage", cli.storage], cwd=tmp_path, env=cli.env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    args = ["study", "start", "--space", str(paced), "--n-trials", "2", "--name", "r"]
+    process = zygote.popen(
+        [*args, "--storage", cli.storage], cwd=tmp_path, env=cli.env, merge_stderr=False
+    )
     deadline = time.monotonic() + 120
     while count_state(cli.storage, "RUNNING") == 0:
         assert process.poll() is None and time.monotonic() < deadline, "no trial started"
@@ -69,32 +64,28 @@ def test_ctrl_c_ends_with_the_front_and_a_resume_command_that_resumes(cli, tmp_p
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr
     assert "Study r ended: stopped by Ctrl-C after its running trial." in stdout
-    assert 1 <= count_state(cli.storage, "COMPLETE") < 3  # the running trial was finished
+    assert 1 <= count_state(cli.storage, "COMPLETE") < 2  # the running trial was finished
     assert count_state(cli.storage, "RUNNING") == count_state(cli.storage, "FAIL") == 0
     assert "Pareto front of r on cpu" in stdout
     (line,) = [line for line in stdout.splitlines() if line.startswith("Resume with: ")]
     resume = shlex.split(line.removeprefix("Resume with: "))
     assert resume == ["automl", "study", "start", "--name", "r", "--storage", cli.storage]
 
-    again = subprocess.run(
-        [*AUTOML, *resume[1:]], cwd=tmp_path, env=cli.env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert again.returncode == 0, again.stderr
+    again = cli(*resume[1:])
     assert "Study r ended: done." in again.stdout
     study = optuna.load_study(study_name="r", storage=cli.storage)
-    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
     assert study.user_attrs["automl_spec"]["search_space"] == str(paced)
 
 
-def test_ctrl_c_before_any_trial_completes_says_so(cli, tmp_path):
+def test_ctrl_c_before_any_trial_completes_says_so(cli, zygote, tmp_path):
     paced = tmp_path / "paced.yaml"
     paced.write_text(PACED % 150)
     cli("study", "start", "--space", str(paced), "--n-trials", "1", "--name", "w", "--detach")
     # A worker elsewhere holds the only slot (with no heartbeat, it never goes stale), so the
     # study waits on it, in its trial loop, with no COMPLETE trial.
     optuna.load_study(study_name="w", storage=cli.storage).ask()
-    run = CliRun([*AUTOML, "study", "start", "--name", "w"], tmp_path, cli.env)
+    run = CliRun([*AUTOML, "study", "start", "--name", "w"], tmp_path, cli.env, zygote)
     run.wait_for("running 1")
     run.process.send_signal(signal.SIGINT)
     stdout, stderr = run.finish(timeout=120)
@@ -104,14 +95,11 @@ def test_ctrl_c_before_any_trial_completes_says_so(cli, tmp_path):
     assert "Resume with: automl study start --name w" in stdout
 
 
-def test_two_quick_ctrl_c_abort_every_job_even_during_imports(cli, tmp_path):
+def test_two_quick_ctrl_c_abort_every_job_even_during_imports(cli, zygote, tmp_path):
     slow = tmp_path / "slow.yaml"
     slow.write_text(PACED % 1000)
-    args = [*AUTOML, "study", "start", "--space", str(slow), "--n-trials", "2", "--name", "q"]
-    process = subprocess.Popen(
-        [*args, "--jobs", "2"], cwd=tmp_path, env=cli.env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+    args = ["study", "start", "--space", str(slow), "--n-trials", "2", "--name", "q", "--jobs", "2"]
+    process = zygote.popen(args, cwd=tmp_path, env=cli.env, merge_stderr=False)  # a new session
     deadline = time.monotonic() + 180
     while count_state(cli.storage, "RUNNING") < 2:  # each trial imports torch as it starts
         assert process.poll() is None and time.monotonic() < deadline, "no two trials started"
@@ -132,11 +120,11 @@ def test_two_quick_ctrl_c_abort_every_job_even_during_imports(cli, tmp_path):
         time.sleep(0.1)
 
 
-def test_a_second_sigterm_aborts_every_job_now_and_says_so_first(cli, tmp_path):
+def test_a_second_sigterm_aborts_every_job_now_and_says_so_first(cli, zygote, tmp_path):
     slow = tmp_path / "slow.yaml"
     slow.write_text(PACED % 1000)
     args = [*AUTOML, "study", "start", "--space", str(slow), "--n-trials", "2", "--name", "k"]
-    run = CliRun([*args, "--jobs", "2"], tmp_path, cli.env, start_new_session=True)
+    run = CliRun([*args, "--jobs", "2"], tmp_path, cli.env, zygote)  # in a new session
     deadline = time.monotonic() + 180
     while count_state(cli.storage, "RUNNING") < 2:
         assert run.process.poll() is None and time.monotonic() < deadline, "no two trials started"
