@@ -151,13 +151,17 @@ def test_the_first_signal_says_how_long_the_running_trial_should_take(
 
 
 class _Worker:
-    """`automl worker` (run by ``code``), its stdout and stderr read by a thread."""
+    """`automl worker` (run by ``code``, or forked from ``zygote``), its stdout and stderr read
+    by a thread."""
 
-    def __init__(self, code: str, args: list[str], cli) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code, *args], cwd=cli.root, env=cli.env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    def __init__(self, code: str | None, args: list[str], cli, zygote=None) -> None:
+        if code is None:
+            self.process = zygote.popen(args, cwd=cli.root, env=cli.env)
+        else:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", code, *args], cwd=cli.root, env=cli.env, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -218,13 +222,13 @@ params:
 """
 
 
-def test_a_second_sigterm_stops_the_worker_s_running_trial_now(cli, tmp_path):
+def test_a_second_sigterm_stops_the_worker_s_running_trial_now(cli, zygote, tmp_path):
     (tmp_path / "paces.yaml").write_text(TWO_PACES)
     spec = {"name": "p", "search_space": str(tmp_path / "paces.yaml"), "n_trials": 2}
     study = create_study(parse_spec(spec), open_storage(cli.storage, Settings()))
     study.enqueue_trial({"train.epochs": 1})
     study.enqueue_trial({"train.epochs": 1000})
-    worker = _Worker(RUN_AUTOML, ["worker", "--studies", "p"], cli)
+    worker = _Worker(None, ["worker", "--studies", "p"], cli, zygote)
     worker.wait_for("study p: starting a trial", timeout_s=300)
     deadline = time.monotonic() + 300
     while count_state(cli.storage, "COMPLETE") < 1 or count_state(cli.storage, "RUNNING") < 1:
