@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -100,6 +101,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def stop_server(server: subprocess.Popen, timeout_s: float) -> None:
+    """Stop an `automl serve` as its operator would (SIGTERM, then wait); kill its whole group
+    if it has not exited within ``timeout_s``."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def wait_healthy(url: str, root: Path, timeout_s: float = 120) -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import onnx
 import pytest
-from cli_runs import free_port, wait_healthy
+from cli_runs import free_port, stop_server, wait_healthy
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TOKEN = "example-token-0123456789abcdef"
@@ -71,12 +70,7 @@ def test_submit_over_rest_runs_a_study_on_automl_serve(tmp_path: Path) -> None:
         env = {**os.environ, "AUTOML_API_URL": url, "AUTOML_API_TOKEN": TOKEN}
         done = _run_example("submit_over_rest.py", work, env, "--out", "model.onnx")
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_server(server, 30)
     assert done.returncode == 0, done.stdout + done.stderr + (tmp_path / "serve.log").read_text()
     lines = done.stdout.splitlines()
     assert lines[0].startswith("submitted study digits-mlp-cpu-")

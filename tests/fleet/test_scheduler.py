@@ -39,17 +39,23 @@ def _bad_then_good(storage, tmp_path, factory: str) -> None:
     create_study(parse_spec(good), storage, check_data=False)  # after the bad one: served later
 
 
+def _work_until_idle(env) -> int:
+    """Run a real worker over the storage of ``env`` until no study has work left."""
+    settings, storage, store = env
+    return work(
+        cached(storage), artifact_store=store, settings=settings, stop=GracefulStop(),
+        exit_when_idle=True, poll_s=0.1,
+    )  # fmt: skip
+
+
 def test_a_study_whose_input_check_raises_unexpectedly_fails_alone_and_the_worker_goes_on(
     env, tmp_path, caplog
 ):
-    settings, storage, store = env
+    storage = env[1]
     _bad_then_good(storage, tmp_path, "build")
 
     with caplog.at_level("INFO", logger="automl"):
-        ran = work(
-            cached(storage), artifact_store=store, settings=settings, stop=GracefulStop(),
-            exit_when_idle=True, poll_s=0.1,
-        )  # fmt: skip
+        ran = _work_until_idle(env)
 
     assert ran == 1
     failed = get_study("bad", storage)
@@ -63,7 +69,7 @@ def test_a_study_whose_input_check_raises_unexpectedly_fails_alone_and_the_worke
 
 
 def test_a_study_whose_weights_file_is_empty_fails_and_the_worker_goes_on(env, tmp_path):
-    settings, storage, store = env
+    storage = env[1]
     (tmp_path / "empty.pt").write_bytes(b"")
     model = {"factory": "trained_factories:digits_cnn", "weights": str(tmp_path / "empty.pt")}
     bad = {"name": "bad", "search_space": "trained-model", "n_trials": 2, "model": model}
@@ -72,10 +78,7 @@ def test_a_study_whose_weights_file_is_empty_fails_and_the_worker_goes_on(env, t
     good = {"name": "good", "search_space": str(tmp_path / "quick.yaml"), "n_trials": 1}
     create_study(parse_spec(good), storage, check_data=False)
 
-    ran = work(
-        cached(storage), artifact_store=store, settings=settings, stop=GracefulStop(),
-        exit_when_idle=True, poll_s=0.1,
-    )  # fmt: skip
+    ran = _work_until_idle(env)
 
     assert ran == 1
     failed = get_study("bad", storage)
@@ -100,14 +103,11 @@ def test_a_study_whose_input_check_fails_on_this_host_stays_queued_and_the_worke
     env, tmp_path, caplog, factory, said
 ):
     # Out of memory or a disk error on one host must not fail the study for every host.
-    settings, storage, store = env
+    storage = env[1]
     _bad_then_good(storage, tmp_path, factory)
 
     with caplog.at_level("INFO", logger="automl"):
-        ran = work(
-            cached(storage), artifact_store=store, settings=settings, stop=GracefulStop(),
-            exit_when_idle=True, poll_s=0.1,
-        )  # fmt: skip
+        ran = _work_until_idle(env)
 
     assert ran == 1
     assert get_study("good", storage).counts["COMPLETE"] == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ import flaky_model
 import httpx
 import pytest
 import torch
-from cli_runs import free_port, wait_healthy
+from cli_runs import free_port, stop_server, wait_healthy
 
 pytestmark = pytest.mark.e2e  # a real `automl serve`, its real local worker
 pytest_plugins = ["api_fixtures"]  # its responses are scanned for server paths too
@@ -105,12 +104,7 @@ def test_bad_weights_fail_their_own_study_and_the_worker_runs_the_next(tmp_path)
             done = _ended(c, good.json()["name"])
             refused = _ended(c, flaky.json()["name"]) if flaky.status_code == 201 else None
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_server(server, 60)
     said = log.read_text()
     assert done["state"] == "done" and done["counts"]["COMPLETE"] == 1, said[-3000:]
     assert health.codes and set(health.codes) == {200}, said[-3000:]
