@@ -103,6 +103,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def start_serve(root: Path, port: int, env: dict[str, str]) -> subprocess.Popen:
+    """`automl serve` with one local worker on ``port``, in ``root`` and a session of its own,
+    its output in ``root / "serve.log"``."""
+    automl = Path(sys.executable).with_name("automl")
+    log = (root / "serve.log").open("w")
+    return subprocess.Popen(
+        [automl, "serve", "--port", str(port), "--workers", "1"], cwd=root, env=env,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
 def stop_server(server: subprocess.Popen, timeout_s: float) -> None:
     """Stop an `automl serve` as its operator would (SIGTERM, then wait); kill its whole group
     if it has not exited within ``timeout_s``."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from cli_runs import free_port, stop_server, wait_healthy
+from cli_runs import free_port, start_serve, stop_server, wait_healthy
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TOKEN = "example-token-0123456789abcdef"
@@ -51,12 +51,7 @@ def test_digits_search_prints_the_front_and_exports_the_best(tmp_path: Path) -> 
 def _start_serve(root: Path, port: int) -> subprocess.Popen:
     (root / "data").mkdir()
     env = _env(root, AUTOML_API_TOKENS=json.dumps([TOKEN]), AUTOML_DATA_ROOT=str(root / "data"))
-    automl = Path(sys.executable).with_name("automl")
-    log = (root / "serve.log").open("w")
-    return subprocess.Popen(
-        [automl, "serve", "--port", str(port), "--workers", "1"], cwd=root, env=env,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    return start_serve(root, port, env)
 
 
 def test_submit_over_rest_runs_a_study_on_automl_serve(tmp_path: Path) -> None:

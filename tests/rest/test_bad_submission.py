@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import flaky_model
 import httpx
 import pytest
 import torch
-from cli_runs import free_port, stop_server, wait_healthy
+from cli_runs import free_port, start_serve, stop_server, wait_healthy
 
 pytestmark = pytest.mark.e2e  # a real `automl serve`, its real local worker
 pytest_plugins = ["api_fixtures"]  # its responses are scanned for server paths too
@@ -39,12 +38,7 @@ def _serve(root: Path, port: int) -> subprocess.Popen:
         "AUTOML_MODEL_FACTORIES": json.dumps(["mymodel:build"]),
         "PYTHONPATH": os.pathsep.join(p for p in paths if p),
     }
-    automl = Path(sys.executable).with_name("automl")
-    log = (root / "serve.log").open("w")
-    return subprocess.Popen(
-        [automl, "serve", "--port", str(port), "--workers", "1"], cwd=root, env=env,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    return start_serve(root, port, env)
 
 
 class _Health:
