@@ -1,23 +1,18 @@
-"""What the ``automl`` command modules share: consoles, option aliases, storage and errors."""
+"""What the ``automl`` command modules share: option aliases, storage and errors."""
 
 from __future__ import annotations
 
 import json
-import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from automl.cli.console import err
 from automl.errors import TargetUnavailable
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
-
-# Piped output gets a wide console so that tables are not cut to 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 StorageOpt = Annotated[
     str | None, typer.Option("--storage", help="SQLAlchemy URL [env AUTOML_STORAGE].")

@@ -11,14 +11,13 @@ import typer
 from automl.cli.common import (
     JsonOpt,
     StorageOpt,
-    console,
-    err,
     fail,
     open_cli_storage,
     print_json,
     require_artifacts_writable,
     shown_url,
 )
+from automl.cli.console import console, err
 from automl.cli.manage import register as register_manage
 from automl.cli.results import register as register_results
 from automl.cli.study import study_app

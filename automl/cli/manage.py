@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from automl.cli.common import StorageOpt, console, fail, open_cli_storage
+from automl.cli.common import StorageOpt, fail, open_cli_storage
+from automl.cli.console import console
 from automl.errors import AutomlError
 
 

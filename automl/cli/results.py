@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from automl.cli.common import JsonOpt, StorageOpt, console, fail, open_cli_storage, print_json
+from automl.cli.common import JsonOpt, StorageOpt, fail, open_cli_storage, print_json
+from automl.cli.console import console
 from automl.errors import AutomlError
 
 if TYPE_CHECKING:

@@ -10,12 +10,12 @@ import typer
 
 from automl.cli.common import (
     StorageOpt,
-    console,
     fail,
     open_cli_storage,
     require_artifacts_writable,
     shown_url,
 )
+from automl.cli.console import console
 from automl.errors import AutomlError, SpecError
 
 if TYPE_CHECKING:
