@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
 REQUIRED_KEYS = ("x_train", "y_train", "x_test", "y_test")
+LABEL_KEYS = ("y_train", "y_val", "y_test")
 # Every array a dataset may hold; an .npz's other members are never read.
 DATASET_KEYS = (*REQUIRED_KEYS, "x_val", "y_val", "class_names", "vocab_size")
 # The key that marks token ids, and the largest vocabulary an embedding table is built for.
@@ -149,7 +150,8 @@ def _header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, source: s
     if any(size < 0 for size in shape):
         raise DataError(f"{key} of {source!r} has the shape {shape} in its header; {crafted}")
     if dtype.hasobject:
-        raise DataError(f"{key} of {source!r} holds Python objects; save numbers")
+        labels = " (or class names as strings: y.astype(str))" if key.startswith("y_") else ""
+        raise DataError(f"{key} of {source!r} holds Python objects; save numbers{labels}")
     size = math.prod(shape) * dtype.itemsize
     if info.file_size != start + size:
         raise DataError(
@@ -210,13 +212,16 @@ def _check_label_values(y: np.ndarray, key: str, source: str) -> None:
     """Integer labels in ``0..K-1`` with K within the settings."""
     from automl.settings import get_settings
 
-    if y.dtype == np.bool_:
-        raise DataError(f"{key} of {source!r} is bool; give class indices: y.astype(int)")
+    if np.issubdtype(y.dtype, np.floating) and np.isfinite(y).all() and (y == y.round()).all():
+        raise DataError(
+            f"{key} of {source!r} holds whole numbers as {y.dtype}; labels are class indices "
+            "0..K-1 (or class names as strings): give y.astype(int)"
+        )
     if not np.issubdtype(y.dtype, np.integer):
         raise DataError(
             f"{key} of {source!r} has dtype {y.dtype}; labels must be integer class indices "
-            "0..K-1: automl searches classifiers, and a continuous target (regression) is not "
-            "supported"
+            "0..K-1 or class names (strings): automl searches classifiers, and a continuous "
+            "target (regression) is not supported"
         )
     most = get_settings().data_max_classes
     if y.min() < 0 or y.max() >= most:
@@ -224,6 +229,62 @@ def _check_label_values(y: np.ndarray, key: str, source: str) -> None:
             f"{key} of {source!r} holds labels {int(y.min())}..{int(y.max())}; labels must be "
             f"class indices 0..K-1 with K at most {most} (AUTOML_DATA_MAX_CLASSES)"
         )
+
+
+def encode_labels(arrays: dict[str, np.ndarray], source: str) -> None:
+    """Turn class names given as labels (strings, or True/False) into class indices, in place.
+
+    The classes are ``class_names`` in its order where the dataset gives it, else the labels'
+    distinct values sorted; ``class_names`` is then set to them. Integer labels are left as
+    they are.
+
+    Raises:
+        DataError: The splits give their labels in different forms, labels are Python objects
+            other than strings, or a label is not among the ``class_names`` given.
+    """
+    forms = {key: _label_form(arrays[key], key, source) for key in LABEL_KEYS if key in arrays}
+    if set(forms.values()) <= {"indices"}:
+        return
+    if len(set(forms.values())) > 1:
+        raise DataError(
+            f"the labels of {source!r} come in different forms ({forms}): give every split's "
+            "labels as class names (strings), or all as class indices 0..K-1"
+        )
+    labels = {key: np.asarray(arrays[key]).astype(str) for key in forms}
+    names = np.unique(np.concatenate([y.ravel() for y in labels.values()]))
+    if "class_names" in arrays:
+        names = np.asarray(arrays["class_names"]).astype(str)
+        if names.ndim != 1:
+            raise DataError(f"class_names of {source!r} must be 1-D, got shape {names.shape}")
+    for key, y in labels.items():
+        unnamed = np.setdiff1d(y, names)
+        if unnamed.size:
+            raise DataError(
+                f"{key} of {source!r} holds labels {unnamed.tolist()[:10]} that class_names "
+                f"{names.tolist()[:10]} does not name: name every class, or leave class_names "
+                "out to take the labels' names, sorted"
+            )
+    order = np.argsort(names, kind="stable")
+    for key, y in labels.items():
+        arrays[key] = order[np.searchsorted(names, y, sorter=order)].astype(np.int64)
+    arrays["class_names"] = names
+
+
+def _label_form(y: np.ndarray, key: str, source: str) -> str:
+    """``indices`` (numbers), ``names`` (strings) or ``booleans``; refuses other objects."""
+    if y.dtype == np.bool_:
+        return "booleans"
+    if y.dtype.kind in "US":
+        return "names"
+    if y.dtype.hasobject:
+        types = sorted({type(v).__name__ for v in y.ravel().tolist()})
+        if types == ["str"]:
+            return "names"
+        raise DataError(
+            f"{key} of {source!r} holds Python objects of types {types}; labels are class "
+            "indices 0..K-1 or class names: give integers or strings (y.astype(str))"
+        )
+    return "indices"
 
 
 def vocab_size(value: np.ndarray | None, source: str) -> int | None:

@@ -32,6 +32,7 @@ from automl.inputs._checks import (
     VOCAB_KEY,
     check_classes,
     check_tokens,
+    encode_labels,
     validate,
 )
 from automl.inputs._checks import vocab_size as read_vocab_size
@@ -98,7 +99,9 @@ def load_dataset(
 
     An ``.npz`` file or a plugin's dict holds ``x_train``, ``y_train``, ``x_test``, ``y_test``,
     optionally ``x_val`` and ``y_val``, optionally ``class_names``, one per class in label
-    order (the class indices as strings without it), and ``vocab_size`` for token ids.
+    order (the class indices as strings without it), and ``vocab_size`` for token ids. Labels
+    are class indices ``0..K-1``, or class names (strings, or True/False): these are mapped to
+    indices in the order of ``class_names``, or sorted where it is not given.
 
     Args:
         source: ``digits``, a path to an ``.npz`` file, or ``package.module:function``.
@@ -135,6 +138,7 @@ def _split_and_finish(
 ) -> Dataset:
     """:func:`load_dataset` once the arrays are read."""
     vocab_size = read_vocab_size(arrays.pop(VOCAB_KEY, None), name)
+    encode_labels(arrays, name)  # class names given as labels become class indices
     validate(arrays, name)
     if vocab_size is not None:
         check_tokens(arrays, name, vocab_size)

@@ -97,7 +97,7 @@ def test_plugin_dataset(tmp_path, monkeypatch):
         (lambda a: a.update(y_test=a["y_test"] - 5), r"y_test .* holds labels -5..-3"),
         (lambda a: a.update(y_train=a["y_train"] * 10**9), r"labels 0..2000000000.*at most"),
         (lambda a: a.update(y_train=a["y_train"] * 0.5), "y_train .*float64.*not supported"),
-        (lambda a: a.update(y_train=a["y_train"] > 0), r"y_train .* is bool.*y\.astype\(int\)"),
+        (lambda a: a.update(y_train=a["y_train"] > 0), r"different forms .*booleans"),
         (
             lambda a: a.update(X_train=a.pop("x_train")),
             r"lacks arrays \['x_train'\] and has \['X_train'\], which are not read",
