@@ -313,18 +313,24 @@ def cli(tmp_path, zygote):
 _END_TO_END_FIXTURES = frozenset({"cli", "run_api", "api_server"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)  # after ``-m`` has deselected what will not run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``e2e`` every test that runs the command or a server (``make test-fast`` skips
-    them, with the ``slow`` ones; ``make test`` runs everything), then put the modules of
-    slow tests first, and of e2e tests next (see :func:`_longest_first`)."""
+    them, with the ``slow`` ones; ``make test`` runs everything), start what ``background``
+    tests wait on, then put the modules of slow tests first, and of e2e tests next (see
+    :func:`_longest_first`)."""
     for item in items:
         if _END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+        background = item.get_closest_marker("background")
+        if background and not config.option.collectonly:
+            background.args[0]()
     _longest_first(items)
 
 
 def _longest_first(items: list[pytest.Item]) -> None:
-    """Order the modules slow, then e2e, then the rest, each module kept whole and in order.
+    """Order the modules slow, then e2e, then the rest, and last those of ``background`` tests
+    (what they wait on runs meanwhile), each module kept whole and in order.
 
     ``--dist loadgroup`` hands tests out in this order: a long test handed out last keeps one
     worker busy while the other has nothing left to do, so the long ones go first and the
@@ -335,4 +341,7 @@ def _longest_first(items: list[pytest.Item]) -> None:
     for item in items:
         cost = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2
         rank[item.path] = min(rank.get(item.path, 2), cost)
+    for item in items:
+        if item.get_closest_marker("background"):
+            rank[item.path] = 3
     items.sort(key=lambda item: rank[item.path])

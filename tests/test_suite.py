@@ -30,6 +30,19 @@ def test_an_xdist_group_runs_whole_in_one_worker(tmp_path) -> None:
     assert done.returncode == 0 and len(workers) == 1, done.stdout
 
 
+def test_modules_of_background_tests_run_last() -> None:
+    """A ``background`` test waits on work started at collection: its module is handed out
+    after every other, slow ones included, so that the work runs while they do."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         *UNUSED_PLUGINS, "tests/test_gpu_install.py", "tests/test_readme.py"],
+        capture_output=True, text=True, cwd=root, check=True,
+    )  # fmt: skip
+    modules = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+    assert modules[0] == "tests/test_readme.py" and modules[-1] == "tests/test_gpu_install.py"
+
+
 def test_a_command_run_by_the_zygote_behaves_as_a_fresh_interpreter(zygote, tmp_path) -> None:
     """The `cli` fixture's zygote (tests/zygote.py): the same exit status and output as a fresh
     ``python -m automl``, in the folder and with the environment and PYTHONPATH asked for."""
