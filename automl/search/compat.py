@@ -10,6 +10,7 @@ the data's shape and what would work.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from contextlib import contextmanager
 from dataclasses import MISSING, fields
@@ -19,14 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from automl.candidate import OUTPUT_LAYER, ArchConfig
 from automl.catalog import FAMILIES, input_layout, method_for
+from automl.catalog.methods.int4_weight import _MIN_NBITS_K
 from automl.errors import SpecError
-from automl.search.params import param_values
+from automl.search.params import FloatParam, param_values
 from automl.search.space import candidate_from_values, load_space
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from automl.inputs.data import Dataset
+    from automl.search.params import Param
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.targets import Target
@@ -51,8 +54,10 @@ def check_compatible(space: SearchSpace, data: Dataset, target: Target) -> None:
     check_target(space, target)
     for family in families(space):
         if family in FAMILIES:
-            problem = input_problem(family, data) or FAMILIES[family].space_problem(
-                partial(_values_or_default, space)
+            problem = (
+                input_problem(family, data)
+                or FAMILIES[family].space_problem(partial(_values_or_default, space))
+                or _nbits_problem(space, family, data, target)
             )
             if problem:
                 raise SpecError(f"search space {space.name!r}: {problem}")
@@ -135,6 +140,70 @@ def input_problem(family: str, data: Dataset) -> str | None:
     )
 
 
+def _nbits_problem(space: SearchSpace, family: str, data: Dataset, target: Target) -> str | None:
+    """Why an ``mlp`` trial of ``int4-weight`` would fail on this data, else None.
+
+    ``MatMulNBits`` quantizes a weight of at least ``_MIN_NBITS_K`` rows (K). An MLP's first
+    layer has K = the data's features, the others K = the units its hidden layers keep after
+    pruning: a table of fewer features needs a hidden layer that keeps enough. A ``when`` that
+    keeps int4 from narrow models is not followed: the space's narrowest model counts.
+    """
+    if family != "mlp" or "int4-weight" not in space_methods(space):
+        return None
+    features = math.prod(data.input_shape)
+    if features >= _MIN_NBITS_K:
+        return None
+    multiple = target.channel_multiple
+    kept, width, ratio = min(
+        (pruned_units(int(width), count, multiple), int(width), ratio)
+        for width in _values_or_default(space, "arch.width")
+        for ratio, count in _unit_counts(space, int(width))
+    )
+    if kept >= _MIN_NBITS_K:
+        return None
+    return (
+        f"it can draw int4-weight (4-bit weight-only MatMulNBits), which needs a MatMul/Gemm "
+        f"weight of K >= {_MIN_NBITS_K} rows; on these {features} features an mlp of "
+        f"arch.width {width} pruned {ratio} keeps {kept} units (multiples of {multiple} on "
+        f"target {target.name!r}), so such a trial has none and would fail: use the shipped "
+        f"'tabular-mlp' space, raise arch.width or lower pruning_ratio until {_MIN_NBITS_K} "
+        "units remain, or drop int4-weight (bits 4)"
+    )
+
+
+def _unit_counts(space: SearchSpace, width: int) -> list[tuple[str, int]]:
+    """Each pruning ratio the space gives, as text, with the units torch-pruning 1.6 leaves of
+    ``width`` before rounding, ``int(width * (1 - ratio))``; a continuous range gives every
+    count between its ends."""
+    counts = [("0", width)]  # unpruned, as where the space sets no ratio
+    for name, param in space.params.items():
+        if (param.sets or name) != "pruning_ratio":
+            continue
+        if isinstance(param, FloatParam) and param.step is None:
+            low, high = int(width * (1 - param.high)), int(width * (1 - param.low))
+            counts += [(f"up to {param.high:g}", count) for count in range(low, high + 1)]
+        else:
+            counts += [(f"{r:g}", int(width * (1 - r))) for r in _grid(param)]
+    return counts
+
+
+def _grid(param: Param) -> list[float]:
+    """Every value a pruning ratio takes: a stepped float range's steps, else its values."""
+    if isinstance(param, FloatParam) and param.step is not None:
+        steps = round((param.high - param.low) / param.step)
+        return [min(param.low + param.step * i, param.high) for i in range(steps + 1)]
+    return [float(v) for v in param_values(param)]
+
+
+def pruned_units(width: int, count: int, multiple: int) -> int:
+    """The units a layer of ``width`` keeps when pruning leaves ``count`` of them, rounded down
+    to a multiple of ``multiple`` as torch-pruning 1.6 rounds them (``_round_to``); a count that
+    rounds to none leaves the layer unpruned."""
+    if count >= width:
+        return width
+    return count - count % multiple or width
+
+
 def _values_or_default(space: SearchSpace, key: str) -> list:
     """The values the space gives candidate ``key``, or its default where the space sets none."""
     values = space.values_of(key)
@@ -199,4 +268,4 @@ def _stage(family: str, stage: str, data: Dataset) -> Iterator[None]:
         ) from e
 
 
-__all__ = ["check_compatible", "families", "input_problem"]
+__all__ = ["check_compatible", "families", "input_problem", "pruned_units"]

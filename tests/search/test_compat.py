@@ -10,7 +10,7 @@ import yaml
 
 from automl.errors import SpecError
 from automl.inputs import synthetic
-from automl.search.compat import check_compatible
+from automl.search.compat import check_compatible, pruned_units
 from automl.search.space import SearchSpace, load_space
 from automl.targets import load_target
 
@@ -227,3 +227,64 @@ def test_extra_knobs_need_a_name_and_output_layer_applies_to_user_families_only(
     archs = {family: mixed.suggest(trial).arch for family, trial in trials.items()}
     assert archs["cnn"].output_layer == "classifier"
     assert archs["user_families:dilated_conv"].output_layer == "head"
+
+
+@pytest.fixture(scope="module")
+def wine(tmp_path_factory) -> str:
+    """scikit-learn's wine table (13 features, 3 classes named as strings) as an .npz."""
+    from sklearn.datasets import load_wine
+
+    x, y = load_wine(return_X_y=True)
+    labels = np.array(["barolo", "grignolino", "barbera"])[y]
+    path = tmp_path_factory.mktemp("wine") / "wine.npz"
+    np.savez(path, x_train=x[::2], y_train=labels[::2], x_test=x[1::2], y_test=labels[1::2])
+    return str(path)
+
+
+def test_int4_on_few_features_is_refused_where_a_pruned_mlp_keeps_too_few(wine, family_data):
+    from automl.inputs.data import load_dataset
+
+    message = (
+        r"^search space 'digits-mlp': it can draw int4-weight .* K >= 16 rows; on these 13 "
+        r"features an mlp of arch.width 16 pruned 0.1 keeps 8 units \(multiples of 8 on target "
+        r"'cpu'\), so such a trial has none and would fail: use the shipped 'tabular-mlp' space"
+    )
+    with pytest.raises(SpecError, match=message):
+        check_compatible(load_space("digits-mlp"), load_dataset(wine), CPU)
+    check_compatible(load_space("tabular-mlp"), load_dataset(wine), CPU)
+    check_compatible(load_space("digits-mlp"), family_data["features"], CPU)  # 64 features
+
+
+@pytest.mark.parametrize(("width", "ratio"), [(16, 0.1), (16, 0.6), (32, 0.5), (40, 0.3)])
+def test_the_units_a_pruned_mlp_keeps_are_those_torch_pruning_keeps(wine, width, ratio):
+    from automl.candidate import ArchConfig, TrainConfig
+    from automl.inputs.data import load_dataset
+    from automl.models import build_model
+    from automl.pipeline.prune import prune
+
+    data = load_dataset(wine)
+    model = build_model(ArchConfig("mlp", width=width, depth=2), (13,), 3)
+    pruned = prune(model, data, ratio, TrainConfig(epochs=0), round_to=8).model
+    expected = pruned_units(width, int(width * (1 - ratio)), 8)
+    assert pruned.classifier.in_features == expected
+
+
+def test_the_tabular_space_runs_on_wine_and_its_narrowest_int4_model_completes(wine, tmp_path):
+    """The study of docs/data.md's table example, its first trial the space's narrowest model
+    with 4-bit weights (13 features, 32 units pruned by half), run by a worker's objective."""
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from automl.search.spec import parse_spec
+    from automl.service.create import create_study
+    from automl.trials.objective import StudyObjective
+
+    spec = parse_spec({"search_space": "tabular-mlp", "dataset": wine, "n_trials": 8})
+    study = create_study(spec, optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db"))
+    narrowest = {"arch.width": 32, "arch.depth": 1, "arch.dropout": 0.0, "pruning_ratio": 0.5}
+    study.enqueue_trial({**narrowest, "method": "int4-weight", "batch_size": 1})
+    objective = StudyObjective(spec, FileSystemArtifactStore(str(tmp_path)))
+    objective.check_inputs()
+    study.optimize(objective, n_trials=1)
+    (trial,) = study.trials
+    assert trial.state.name == "COMPLETE", trial.user_attrs.get("fail_reason")
+    assert trial.params["method"] == "int4-weight" and trial.user_attrs["test_accuracy"] > 0.9
