@@ -83,6 +83,19 @@ def param_values(param: Param) -> Sequence[Scalar]:
     return [param.low, param.high]
 
 
+def capped(param: Param, most: int) -> Param | None:
+    """``param`` without its values above ``most`` (an int range ends at its last step below);
+    None where it has none left."""
+    values = [v for v in param_values(param) if v <= most]
+    if not values:
+        return None
+    if isinstance(param, IntParam):
+        return param.model_copy(update={"high": max(values)})
+    if isinstance(param, CategoricalParam):
+        return param.model_copy(update={"choices": values})
+    return param
+
+
 def draw_value(param: Param, rng: np.random.Generator) -> Scalar:
     """A value of ``param`` drawn at random (uniform; log-uniform on a log scale)."""
     if isinstance(param, CategoricalParam | FixedParam):

@@ -20,6 +20,7 @@ from automl.search.params import (
     Param,
     Scalar,
     applies,
+    capped,
     check_bounds,
     draw_value,
     param_values,
@@ -269,6 +270,27 @@ class SearchSpace(BaseModel):
                 return None
             grid = expanded
         return grid
+
+    def for_model(self, layers: int) -> SearchSpace:
+        """The space resolved for a trained model of ``layers`` layers (Conv, Gemm, MatMul):
+        ``keep_fp32`` capped at ``layers - 1``, so that a per-layer method quantizes a layer
+        (keeping them all makes the fp32 graph under another method's name).
+
+        Raises:
+            SpecError: Every ``keep_fp32`` the space gives keeps all of the model's layers.
+        """
+        params = dict(self.params)
+        for name, param in self.params.items():
+            if (param.sets or name) != "keep_fp32":
+                continue
+            params[name] = capped(param, layers - 1)
+            if params[name] is None:
+                raise SpecError(
+                    f"search space {self.name!r}: {name} {list(param_values(param))} keeps all "
+                    f"{layers} layers of this model in fp32, which is its fp32 graph: give "
+                    f"keep_fp32 values below {layers}, or leave out the per-layer methods"
+                )
+        return self.model_copy(update={"params": params})
 
     def _fixed_values(self) -> dict[str, Scalar]:
         return {n: p.value for n, p in self.params.items() if isinstance(p, FixedParam)}

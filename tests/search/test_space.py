@@ -232,6 +232,36 @@ def test_keep_fp32_that_a_whole_graph_method_could_draw_is_refused_at_load(
         assert load_space(str(_write(tmp_path, conditional))).params["keep_fp32"].when
 
 
+def test_keep_fp32_is_capped_below_the_layers_of_the_model_the_space_is_resolved_for(tmp_path):
+    from automl.candidate import ArchConfig
+    from automl.models import build_model
+    from automl.pipeline.export import export_onnx
+    from automl.pipeline.profile import SourceGraph
+
+    model = build_model(ArchConfig("cnn", width=8, depth=2), (1, 8, 8), 10).eval()
+    sample = np.random.default_rng(0).normal(size=(4, 1, 8, 8)).astype(np.float32)
+    graph = export_onnx(model, sample, tmp_path / "cnn.onnx").path
+    layers = len(SourceGraph(graph).layers)  # 2 Conv and the classifier
+    space = load_space("trained-model").for_model(layers)  # keep_fp32 1..6
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    kept = set()
+    for _ in range(40):
+        trial = study.ask()
+        kept.add(space.suggest(trial).keep_fp32)
+        study.tell(trial, 0.0)
+    assert kept == {0, *range(1, layers)}  # 0: another method; never all the layers
+
+
+def test_a_keep_fp32_that_keeps_every_layer_of_the_model_is_refused() -> None:
+    keep = {"type": "categorical", "choices": [2, 4], "when": {"method": ["int8-mixed"]}}
+    space = SearchSpace.model_validate({"name": "s", "params": {
+        "method": {"type": "categorical", "choices": ["fp32", "int8-mixed"]}, "keep_fp32": keep,
+    }})  # fmt: skip
+    assert space.for_model(4).params["keep_fp32"].choices == [2]
+    with pytest.raises(SpecError, match=r"keep_fp32 \[2, 4\] keeps all 2 layers .* below 2"):
+        space.for_model(2)
+
+
 def test_capacity_first_takes_the_largest_batch_and_instances_and_the_middle_delay() -> None:
     space = SearchSpace.model_validate({"name": "s", "params": {
         "arch.family": {"type": "fixed", "value": "mlp"},
