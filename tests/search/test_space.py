@@ -262,6 +262,15 @@ def test_a_keep_fp32_that_keeps_every_layer_of_the_model_is_refused() -> None:
         space.for_model(2)
 
 
+def test_the_trained_model_page_names_every_method_of_the_trained_model_space() -> None:
+    from pathlib import Path
+
+    page = " ".join((Path(__file__).parents[2] / "docs" / "models.md").read_text().split())
+    described = page[page.index("on the shipped `trained-model` space") :].split(". ")[0]
+    for method in load_space("trained-model").method_choices():
+        assert f"`{method}`" in described, method
+
+
 def test_capacity_first_takes_the_largest_batch_and_instances_and_the_middle_delay() -> None:
     space = SearchSpace.model_validate({"name": "s", "params": {
         "arch.family": {"type": "fixed", "value": "mlp"},

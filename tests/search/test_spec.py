@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from automl.errors import SpecError
@@ -18,6 +20,12 @@ def test_defaults_are_accuracy_against_per_sample_latency_with_a_tail_budget():
 def test_shipped_default_spec_loads():
     spec = load_spec("studies/digits.yaml")
     assert spec.target == "cpu" and spec.search_space == "digits-mixed"
+
+
+def test_the_shipped_spec_says_its_accuracy_is_the_validation_split_s():
+    lines = Path("studies/digits.yaml").read_text().splitlines()
+    (accuracy,) = [line for line in lines if "metric: accuracy" in line]
+    assert "on the validation split" in accuracy  # the search never sees the test split
 
 
 def test_overrides_win_over_the_file(tmp_path):
