@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from automl.candidate import OUTPUT_LAYER, ArchConfig
 from automl.catalog import FAMILIES, input_layout, method_for
-from automl.catalog.methods.int4_weight import _MIN_NBITS_K
+from automl.catalog.methods.int4_weight import MIN_NBITS_K
 from automl.errors import SpecError
 from automl.search.params import FloatParam, param_values
 from automl.search.space import candidate_from_values, load_space
@@ -143,7 +143,7 @@ def input_problem(family: str, data: Dataset) -> str | None:
 def _nbits_problem(space: SearchSpace, family: str, data: Dataset, target: Target) -> str | None:
     """Why an ``mlp`` trial of ``int4-weight`` would fail on this data, else None.
 
-    ``MatMulNBits`` quantizes a weight of at least ``_MIN_NBITS_K`` rows (K). An MLP's first
+    ``MatMulNBits`` quantizes a weight of at least ``MIN_NBITS_K`` rows (K). An MLP's first
     layer has K = the data's features, the others K = the units its hidden layers keep after
     pruning: a table of fewer features needs a hidden layer that keeps enough. A ``when`` that
     keeps int4 from narrow models is not followed: the space's narrowest model counts.
@@ -151,7 +151,7 @@ def _nbits_problem(space: SearchSpace, family: str, data: Dataset, target: Targe
     if family != "mlp" or "int4-weight" not in space_methods(space):
         return None
     features = math.prod(data.input_shape)
-    if features >= _MIN_NBITS_K:
+    if features >= MIN_NBITS_K:
         return None
     multiple = target.channel_multiple
     kept, width, ratio = min(
@@ -159,14 +159,14 @@ def _nbits_problem(space: SearchSpace, family: str, data: Dataset, target: Targe
         for width in _values_or_default(space, "arch.width")
         for ratio, count in _unit_counts(space, int(width))
     )
-    if kept >= _MIN_NBITS_K:
+    if kept >= MIN_NBITS_K:
         return None
     return (
         f"it can draw int4-weight (4-bit weight-only MatMulNBits), which needs a MatMul/Gemm "
-        f"weight of K >= {_MIN_NBITS_K} rows; on these {features} features an mlp of "
+        f"weight of K >= {MIN_NBITS_K} rows; on these {features} features an mlp of "
         f"arch.width {width} pruned {ratio} keeps {kept} units (multiples of {multiple} on "
         f"target {target.name!r}), so such a trial has none and would fail: use the shipped "
-        f"'tabular-mlp' space, raise arch.width or lower pruning_ratio until {_MIN_NBITS_K} "
+        f"'tabular-mlp' space, raise arch.width or lower pruning_ratio until {MIN_NBITS_K} "
         "units remain, or drop int4-weight (bits 4)"
     )
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import onnx
 
 # MatMulNBits blocks are powers of two of at least 16; a weight needs K >= 16 to fill one.
-_MIN_NBITS_K = 16
+MIN_NBITS_K = 16
 
 
 class Int4Weight(Method):
@@ -47,7 +47,7 @@ class Int4Weight(Method):
         if not any(n.op_type == "MatMulNBits" for n in quantized.graph.node):
             raise UnsupportedQuantization(
                 "4-bit is weight-only MatMulNBits, and this graph has no eligible MatMul/Gemm "
-                f"(a constant 2-D weight with K >= {_MIN_NBITS_K}); Conv layers cannot be 4-bit"
+                f"(a constant 2-D weight with K >= {MIN_NBITS_K}); Conv layers cannot be 4-bit"
             )
         onnx.save(quantized, dst)
 
@@ -78,7 +78,7 @@ def _split_matmuls(model: onnx.ModelProto) -> tuple[dict[str, int], list[str]]:
             continue
         node.name = node.name or f"matmul_{index}"
         weight = weights.get(node.input[1])
-        if weight is not None and len(weight.dims) == 2 and weight.dims[0] >= _MIN_NBITS_K:
+        if weight is not None and len(weight.dims) == 2 and weight.dims[0] >= MIN_NBITS_K:
             eligible[node.name] = weight.dims[0]
         else:
             excluded.append(node.name)
