@@ -6,20 +6,18 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from fastapi import Depends, FastAPI
-from fastapi.openapi.utils import get_openapi
 
 from api.deps import authenticate
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
+from api.openapi import openapi_schema
 from api.rendering import RenderedFronts
-from api.routers import health, search_spaces, studies, targets, trials
+from api.routers import docs, health, search_spaces, studies, targets, trials
 from api.schemas import ErrorOut
 from api.security import TokenVerifier
-from automl.search.space import list_spaces
 from automl.service.read import StudySnapshots
 from automl.storage.factory import cached, open_artifact_store, open_storage
 from automl.storage.reaper import Reaper
-from automl.targets import list_targets
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -67,6 +65,8 @@ def create_app(
         title="automl",
         version="1",
         description="Submit hardware-aware model searches, follow them, fetch fronts and models.",
+        docs_url=None,  # served by api.routers.docs from installed files, not from a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.tokens = TokenVerifier.from_settings(settings)
@@ -77,27 +77,12 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.include_router(health.router)
+    app.include_router(docs.router)
+    docs.mount_assets(app)
     for module in (studies, trials, targets, search_spaces):
         app.include_router(
             module.router, prefix="/v1", dependencies=[Depends(authenticate)],
             responses=_AUTH_ERRORS,
         )  # fmt: skip
-    app.openapi = lambda: _openapi_with_registries(app)
+    app.openapi = lambda: openapi_schema(app)
     return app
-
-
-def _openapi_with_registries(app: FastAPI) -> dict:
-    """The OpenAPI document, with the targets and search spaces a submission may name listed.
-
-    A spec from the network may name only registered ones (see :mod:`api.policy`), and the
-    registries are fixed while the server runs, so the schema enumerates them.
-    """
-    if app.openapi_schema is None:
-        schema = get_openapi(
-            title=app.title, version=app.version, description=app.description, routes=app.routes
-        )
-        spec = schema["components"]["schemas"]["StudySpec"]["properties"]
-        spec["target"]["enum"] = [t.name for t in list_targets()]
-        spec["search_space"]["enum"] = list_spaces()
-        app.openapi_schema = schema
-    return app.openapi_schema
