@@ -78,6 +78,13 @@ PageDep = Annotated[Page, Depends(_page)]
 StudyName = Annotated[
     str, Path(pattern=NAME_PATTERN, description="The study's name.", examples=["example"])
 ]
+FileName = Annotated[
+    str,
+    Path(
+        pattern=NAME_PATTERN, description="The file's name under the data root: a dataset "
+        "(.npz) or weights (.pt, .pth).", examples=["mine.npz"],
+    ),
+]  # fmt: skip
 TrialNumber = Annotated[
     int, Path(ge=0, le=2**31 - 1, description="The trial's number.", examples=[0])
 ]

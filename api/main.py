@@ -9,10 +9,10 @@ from fastapi import Depends, FastAPI
 
 from api.deps import authenticate
 from api.errors import install_error_handlers
-from api.limits import BodyLimitMiddleware
+from api.limits import BodyLimitMiddleware, Cap
 from api.openapi import openapi_schema
 from api.rendering import RenderedFronts
-from api.routers import docs, health, search_spaces, studies, targets, trials
+from api.routers import docs, files, health, search_spaces, studies, targets, trials
 from api.schemas import ErrorOut
 from api.security import TokenVerifier
 from automl.service.read import StudySnapshots
@@ -75,11 +75,15 @@ def create_app(
     app.state.snapshots = StudySnapshots()
     app.state.fronts = RenderedFronts()
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        body=Cap(settings.max_body_bytes, "AUTOML_MAX_BODY_BYTES"),
+        upload=Cap(int(settings.data_max_mb * 1e6), "AUTOML_DATA_MAX_MB"),
+    )
     app.include_router(health.router)
     app.include_router(docs.router)
     docs.mount_assets(app)
-    for module in (studies, trials, targets, search_spaces):
+    for module in (studies, trials, files, targets, search_spaces):
         app.include_router(
             module.router, prefix="/v1", dependencies=[Depends(authenticate)],
             responses=_AUTH_ERRORS,

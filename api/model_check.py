@@ -29,6 +29,33 @@ CONCURRENT_CHECKS = 2
 _slots = threading.BoundedSemaphore(CONCURRENT_CHECKS)
 
 
+class CheckNotRun(Exception):
+    """A check in a child found no free slot, or ran out of time."""
+
+
+def run_check(
+    module: str, *args: str, stdin: str = "", timeout_s: float
+) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` in a child, in one of the :data:`CONCURRENT_CHECKS` slots,
+    within ``timeout_s`` (the wait for a slot included).
+
+    Raises:
+        CheckNotRun: No slot freed up, or the child ran out of time (it is killed).
+    """
+    deadline = time.monotonic() + timeout_s
+    if not _slots.acquire(timeout=timeout_s):
+        raise CheckNotRun("found no free slot")
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", module, *args], input=stdin, capture_output=True, text=True,
+            timeout=max(deadline - time.monotonic(), 1.0),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise CheckNotRun("ran out of time") from None
+    finally:
+        _slots.release()
+
+
 def check_model(spec: StudySpec, settings: Settings) -> None:
     """Run the trained model's check of ``spec`` (paths under the data root) in a child.
 
@@ -36,19 +63,13 @@ def check_model(spec: StudySpec, settings: Settings) -> None:
         ApiError: 422 naming ``model`` and why it is refused (its paths are scrubbed with the
             other errors').
     """
-    deadline = time.monotonic() + settings.model_check_timeout_s
-    if not _slots.acquire(timeout=settings.model_check_timeout_s):
-        return _left_to_worker(spec, "found no free slot")
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "automl.trials.model_check"],
-            input=spec.model_dump_json(), capture_output=True, text=True,
-            timeout=max(deadline - time.monotonic(), 1.0),
+        done = run_check(
+            "automl.trials.model_check", stdin=spec.model_dump_json(),
+            timeout_s=settings.model_check_timeout_s,
         )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return _left_to_worker(spec, "ran out of time")
-    finally:
-        _slots.release()
+    except CheckNotRun as e:
+        return _left_to_worker(spec, str(e))
     if done.returncode == 2:  # the model is refused, and the check says why
         raise ApiError(422, "invalid_spec", done.stdout.strip(), field="model")
     if done.returncode != 0:  # the check itself broke (killed, out of memory): not the model

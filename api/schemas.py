@@ -242,6 +242,18 @@ class SearchSpaceOut(BaseModel):
     params: dict[str, dict[str, Any]]
 
 
+class FileOut(BaseModel):
+    """A file stored under the data root, for a spec to name."""
+
+    name: str = Field(description="The file's name under the data root, as a spec names it")
+    kind: Literal["dataset", "weights"]
+    field: Literal["dataset", "model.weights"] = Field(
+        description="The spec field that names this file"
+    )
+    size_bytes: int
+    sha256: str
+
+
 class HealthOut(BaseModel):
     """Liveness, storage reachability, and the live local workers of ``automl serve``."""
 
