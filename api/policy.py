@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from automl.search.spec import StudySpec
     from automl.settings import Settings
 
+_DATA_ROOT_SETTING = "the folder its operator set with AUTOML_DATA_ROOT"
+_UPLOAD_HINT = "upload the file with PUT /v1/files/{name}"
+
 
 def _reject(field: str, message: str) -> ApiError:
     return ApiError(422, "invalid_spec", message, field=field)
@@ -88,8 +91,8 @@ def _data_file(name: str, settings: Settings) -> Path:
     if PurePosixPath(name).suffix != ".npz":
         raise _reject(
             "dataset",
-            f"dataset must be one of {list(BUILTIN_DATASETS)} or a relative .npz path "
-            "under the server's data root",
+            f"dataset must be one of {list(BUILTIN_DATASETS)} or an .npz file by its path "
+            f"under the server's data root ({_DATA_ROOT_SETTING}); {_UPLOAD_HINT}",
         )
     return _under_data_root(name, settings, "dataset", "dataset")
 
@@ -101,7 +104,11 @@ def _under_data_root(name: str, settings: Settings, field: str, what: str) -> Pa
         "\x00" in name or name.startswith("~") or relative.is_absolute() or ".." in relative.parts
     )
     if unsafe:
-        raise _reject(field, f"{field} must be a relative path under the server's data root")
+        raise _reject(
+            field,
+            f"{field} must be a relative path under the server's data root "
+            f"({_DATA_ROOT_SETTING}), such as {PurePosixPath(name).name!r}; {_UPLOAD_HINT}",
+        )
     root = settings.data_root.resolve()
     path = root / relative  # absolute: a worker in another folder finds the same file
     try:
@@ -111,7 +118,7 @@ def _under_data_root(name: str, settings: Settings, field: str, what: str) -> Pa
     if not resolved.is_relative_to(root) or not path.is_file():
         raise _reject(
             field,
-            f"no {what} file {name!r} under the server's data root (the folder its operator "
-            "set with AUTOML_DATA_ROOT): copy the file there, and name it by its path in it",
+            f"no {what} file {name!r} under the server's data root ({_DATA_ROOT_SETTING}): "
+            f"{_UPLOAD_HINT}, or copy the file there, and name it by its path in it",
         )
     return path

@@ -165,6 +165,24 @@ def test_a_refused_target_or_data_file_says_what_would_do(submit_spec):
     assert "AUTOML_DATA_ROOT" in data["message"] and "copy the file there" in data["message"]
 
 
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"dataset": "../../etc/x.npz"}, "dataset"),
+        ({"dataset": "/etc/x.npz"}, "dataset"),
+        ({"dataset": "x.csv"}, "dataset"),
+        ({"dataset": "missing.npz"}, "dataset"),
+        ({"model": {"weights": "../m.onnx"}}, "model.weights"),
+    ],
+)
+def test_a_file_outside_the_data_root_is_refused_naming_the_setting(submit_spec, spec, field):
+    response = submit_spec(**spec)
+    assert response.status_code == 422, response.text
+    assert [e["field"] for e in response.json()["errors"]] == [field]
+    message = response.json()["message"]
+    assert "AUTOML_DATA_ROOT" in message and "PUT /v1/files/{name}" in message
+
+
 def test_npz_under_the_data_root_is_accepted(submit_spec, api_server):
     data_root = api_server.settings.data_root
     x, y = np.random.default_rng(0).normal(size=(60, 4)), np.arange(60) % 3
