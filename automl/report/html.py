@@ -1,7 +1,7 @@
 """The study report: one self-contained HTML file (plotly.js inlined, nothing fetched).
 
-It shows the Pareto front (accuracy against latency, dominated and infeasible trials apart),
-the front as a table with links to its models, how each knob relates to accuracy and latency,
+It shows the Pareto front (on the study's objectives, dominated and infeasible trials apart),
+the front as a table with links to its models, how each knob relates to the two metrics plotted,
 parameter importances per objective, failures with their reasons, the target and the
 environment fingerprint of the machines that measured.
 
@@ -21,7 +21,7 @@ from string import Template
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from automl.records import BASELINE, SERVING_METRICS, front_columns
+from automl.records import BASELINE, front_columns
 from automl.service.read import pareto_front
 from automl.service.studies import get_study, load
 
@@ -49,9 +49,10 @@ _LOAD_NOTE = (
     "queueing included. An x marks a run that did not keep up."
 )
 _NO_GAIN_NOTE = (
-    "Each quantized trial also timed its own fp32 graph (same model, same batch) right after "
-    "itself; these were no faster. The reasons come from ONNX Runtime's profiler, whose own "
-    "cost per node inflates small times: the gain, measured without it, decides."
+    "Each quantized trial also timed its own fp32 graph (same model, same batch) beside itself; "
+    "these were no faster: their gain over it, the fp32 graph's time over theirs, is at most "
+    "1.00×. The reasons come from ONNX Runtime's profiler, whose own cost per node inflates "
+    "small times: the gain, measured without it, decides."
 )
 _NO_GAIN_ROWS = 20
 _PLOT_DATA_SCRIPT = Template("""
@@ -72,13 +73,6 @@ th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-al
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .note { color: #666; font-style: italic; } #front-data { display: none; }
 """
-
-
-def latency_metric(spec: StudySpec) -> str:
-    """The latency the front is plotted against: the first latency (or load) objective, else
-    per sample."""
-    latencies = [m for m in spec.metric_names if m.startswith("latency") or m in SERVING_METRICS]
-    return latencies[0] if latencies else "latency_per_sample_ms"
 
 
 def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_HREF) -> str:
@@ -102,6 +96,7 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
     from plotly.offline import get_plotlyjs
 
     from automl.report._figures import (
+        front_axes,
         importance_figure,
         knob_figure,
         pareto_figure,
@@ -113,14 +108,14 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
     front = pareto_front(name, storage)
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     points = _points(complete, spec, {r["number"] for r in front if r.get("on_front", True)})
-    x_metric = latency_metric(spec)
-    importances = importance_figure(study, spec, len(points))
+    importances = importance_figure(study, spec, complete)
+    x_metric, y_metric = front_axes(spec)
     body = [
         f"<h1>Study {_e(name)}</h1>",
         _summary(info, spec, complete),
         "<h2>Pareto front</h2>",
         f'<pre id="{FRONT_DATA_ID}"></pre>',
-        _plot(pareto_figure(points, spec, x_metric), "pareto", _PLOT_DATA_SCRIPT),
+        _plot(pareto_figure(points, spec), "pareto", _PLOT_DATA_SCRIPT),
         _note(_SPLITS_NOTE),
         _front_table(front, name, model_href, spec),
         *(
@@ -133,8 +128,8 @@ def render_report_html(name: str, storage: BaseStorage, model_href: str = MODEL_
             else []
         ),
         *_no_gain(complete),
-        "<h2>Knobs against accuracy and latency</h2>",
-        _plot(knob_figure(points, x_metric), "knobs") if points else _note("No complete trials."),
+        f"<h2>Knobs against {_e(y_metric)} and {_e(x_metric)}</h2>",
+        _plot(knob_figure(points, spec), "knobs") if points else _note("No complete trials."),
         "<h2>Parameter importance</h2>",
         _note(importances) if isinstance(importances, str) else _plot(importances, "importance"),
         "<h2>Failures</h2>",
@@ -294,11 +289,12 @@ def knobs_text(params: dict[str, object]) -> str:
 
 
 def _no_gain(complete: list[FrozenTrial]) -> list[str]:
-    """The quantized trials that were no faster than their own fp32 graph, and why."""
+    """The quantized trials that were no faster than their own fp32 graph (a gain of at most 1),
+    and why."""
     rows = [
         [str(t.number), _e(f"{q['gain']:.2f}×"), _e(q["note"])]
         for t in complete
-        if (q := t.user_attrs.get("quantization")) and q.get("note")
+        if (q := t.user_attrs.get("quantization")) and q.get("note") and q["gain"] <= 1
     ]
     if not rows:
         return []

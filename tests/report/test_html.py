@@ -5,16 +5,16 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import FEASIBLE_AND_INFEASIBLE, SIZE_BUDGET, run_cli_study
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
+from report_pages import chromium, probed_layout, unreadable, with_layout_probe
 
-from automl.report.html import FRONT_DATA_ID, latency_metric, write_report
+from automl.report._figures import front_axes
+from automl.report.html import FRONT_DATA_ID, write_report
 from automl.service.read import pareto_front
 from automl.service.studies import load
 
@@ -51,32 +51,11 @@ def report(study_run: dict) -> Path:
     return out
 
 
-def _chromium(profile: Path, *args: str) -> str:
-    binary = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(binary).exists():
-        pytest.fail("Chromium is missing: run .ci/chromium.sh")
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-        "--virtual-time-budget=5000",
-        "--host-resolver-rules=MAP * ~NOTFOUND",  # nothing may be fetched
-        f"--user-data-dir={profile}",
-    ]
-    result = subprocess.run(
-        [binary, *flags, *args], capture_output=True, text=True, timeout=120, check=True
-    )
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def dom(report: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return _chromium(tmp_path_factory.mktemp("profile"), "--dump-dom", report.as_uri())
+    profile = tmp_path_factory.mktemp("profile")
+    page = with_layout_probe(report).as_uri()
+    return chromium(profile, "--window-size=1280,2000", "--dump-dom", page)
 
 
 def _plotted(dom: str) -> dict:
@@ -87,14 +66,14 @@ def _plotted(dom: str) -> dict:
 
 def test_plotted_front_equals_stored_front(dom: str, study_run: dict) -> None:
     _, spec = load(NAME, study_run["storage"])
-    x_metric = latency_metric(spec)
+    x_metric, y_metric = front_axes(spec)
     front = sorted(pareto_front(NAME, study_run["storage"]), key=lambda r: r["metrics"][x_metric])
     plotted = _plotted(dom)["pareto-front"]
     assert front, "the stored front is empty"
     assert plotted["rendered"] == len(front)
     assert plotted["numbers"] == [r["number"] for r in front]
     assert plotted["x"] == [r["metrics"][x_metric] for r in front]
-    assert plotted["y"] == [r["metrics"]["accuracy"] for r in front]
+    assert plotted["y"] == [r["metrics"][y_metric] for r in front]
 
 
 def test_dominated_and_infeasible_apart(dom: str, study_run: dict) -> None:
@@ -144,7 +123,7 @@ def test_sections_failures_and_environment(dom: str, study_run: dict) -> None:
     env = study.trials[0].user_attrs["env"]
     for heading in ("Pareto front", "Knobs against", "Parameter importance", "Failures"):
         assert heading in dom
-    assert "need at least 8 complete trials" in dom  # 4 trials: a note, not noise
+    assert "need at least 24 complete trials" in dom  # 4 trials, 6 knobs: a note, not noise
     assert "RuntimeError: &lt;b&gt;export failed&lt;/b&gt; &amp; &lt;script&gt;" in dom
     assert "<script>alert(1)" not in dom
     assert env["cpu_model"] in dom and env["onnxruntime"] in dom
@@ -167,7 +146,7 @@ def test_self_contained(report: Path) -> None:
 
 def test_screenshot(report: Path, tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
-    _chromium(
+    chromium(
         tmp_path / "profile", "--window-size=1280,2000", f"--screenshot={shot}", report.as_uri()
     )
     data = shot.read_bytes()
@@ -179,7 +158,18 @@ def test_quantized_trials_that_did_not_pay_say_why(dom: str, study_run: dict) ->
     study, _ = load(NAME, study_run["storage"])
     records = [t.user_attrs["quantization"] for t in study.trials if "quantization" in t.user_attrs]
     assert records  # trial 0 is an 8-bit MLP
-    notes = [r["note"] for r in records if r["note"]]
+    notes = [r["note"] for r in records if r["note"] and r["gain"] <= 1]
     assert ("Quantized but not faster" in dom) == bool(notes)
     for note in notes:
         assert html.escape(note, quote=False) in dom
+
+
+def test_every_plot_reads_in_the_browser(dom: str) -> None:
+    layout = probed_layout(dom)
+    assert set(layout) == {"pareto", "knobs"}  # 4 trials: no importances, no load
+    assert layout["pareto"]["title"] == "Pareto front: accuracy against latency_per_sample_ms"
+    assert "latency_per_sample_ms (ms, log scale; lower is better)" in {
+        axis["title"] for axis in layout["pareto"]["axes"].values()
+    }
+    for name, plot in layout.items():
+        assert not unreadable(plot), (name, unreadable(plot))
