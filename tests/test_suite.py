@@ -50,8 +50,7 @@ def test_a_command_run_by_the_zygote_behaves_as_a_fresh_interpreter(zygote, tmp_
     (tmp_path / "mine" / "my_data.py").write_text("def load():\n    raise RuntimeError('mine')\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "mine"), "COLUMNS": "100"}
     env["AUTOML_STORAGE"] = f"sqlite:///{tmp_path}/automl.db"
-    for args in (
-        ["study", "show", "nope"],
+    for args in (  # an error of the user's module on their PYTHONPATH, then a success
         ["study", "start", "--space", "digits-mlp", "--dataset", "my_data:load"],
         ["spaces"],
     ):
@@ -63,3 +62,13 @@ def test_a_command_run_by_the_zygote_behaves_as_a_fresh_interpreter(zygote, tmp_
         assert forked.returncode == fresh.returncode, (forked.stderr, fresh.stderr)
         assert (forked.stdout, forked.stderr) == (fresh.stdout, fresh.stderr)
     assert forked.returncode == 0 and "digits-mlp" in forked.stdout
+
+
+def test_a_command_the_zygote_cannot_start_fails_instead_of_hanging(zygote, tmp_path) -> None:
+    """A forked command that fails before automl runs (here, its folder is gone) ends with
+    status 1 and says why: ending through the interpreter instead, it would hang in ONNX
+    Runtime's destructors (its telemetry thread lives only in the zygote)."""
+    env = {**os.environ, "AUTOML_STORAGE": f"sqlite:///{tmp_path}/automl.db"}
+    done = zygote.run(["spaces"], cwd=tmp_path / "gone", env=env, timeout=30)
+    assert done.returncode == 1 and "FileNotFoundError" in done.stderr, done
+    assert zygote.run(["spaces"], cwd=tmp_path, env=env, timeout=60).returncode == 0

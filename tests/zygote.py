@@ -201,27 +201,52 @@ def _start_in_background(request: dict, base_path: list[str]) -> None:
             break
     read, write = os.pipe()
     if os.fork() == 0:
-        os.close(read)
-        for fd in (0, 1):  # the zygote's requests and answers are not this process's
-            os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-        pid = os.fork()
-        if pid == 0:
-            os.setsid()
-            _child(request, base_path)
-        os.write(write, f"{pid}\n".encode())
-        _, status = os.waitpid(pid, 0)
-        done = Path(request["status"])
-        done.with_suffix(".tmp").write_text(str(os.waitstatus_to_exitcode(status)))
-        done.with_suffix(".tmp").rename(done)  # whole, never half written
-        os._exit(0)
+        _ending_at_os_exit(_watch_in_background, request, base_path, read, write)
     os.close(write)
     with os.fdopen(read) as answer:
         pid = int(answer.readline())
     os.write(1, (json.dumps({"pid": pid}) + "\n").encode())
 
 
+def _watch_in_background(request: dict, base_path: list[str], read: int, write: int) -> None:
+    """The parent of a background command: say its pid, then write its exit status."""
+    os.close(read)
+    for fd in (0, 1):  # the zygote's requests and answers are not this process's
+        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        _child(request, base_path)
+    os.write(write, f"{pid}\n".encode())
+    _, status = os.waitpid(pid, 0)
+    done = Path(request["status"])
+    done.with_suffix(".tmp").write_text(str(os.waitstatus_to_exitcode(status)))
+    done.with_suffix(".tmp").rename(done)  # whole, never half written
+    os._exit(0)
+
+
+def _ending_at_os_exit(function, *args: object) -> None:
+    """Run ``function`` in a forked process that ends at ``os._exit``, whatever it raises.
+
+    A forked process that ends through the interpreter instead runs ONNX Runtime's C++
+    destructors, which wait forever on a condition of a (telemetry) thread that only the zygote
+    has: the command hangs instead of failing.
+    """
+    import traceback
+
+    try:
+        function(*args)
+    except BaseException:
+        traceback.print_exc()
+    os._exit(1)
+
+
 def _child(request: dict, base_path: list[str]) -> None:
     """Become ``python -m automl *args`` as a fresh interpreter would run it; never returns."""
+    _ending_at_os_exit(_run_command, request, base_path)
+
+
+def _run_command(request: dict, base_path: list[str]) -> None:
     import atexit
     import runpy
     import signal
@@ -230,12 +255,7 @@ def _child(request: dict, base_path: list[str]) -> None:
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [request["cwd"], *extra, *base_path]
-    for fd, path, flags in (
+    for fd, path, flags in (  # first, so that what fails after is in the command's stderr
         (0, os.devnull, os.O_RDONLY),
         (1, request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
         (2, request["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
@@ -243,7 +263,15 @@ def _child(request: dict, base_path: list[str]) -> None:
         if fd == 2 and path == request["out"]:  # stderr=STDOUT (a FIFO is opened once)
             os.dup2(1, 2)
             continue
-        os.dup2(os.open(path, flags), fd)
+        opened = os.open(path, flags)
+        if opened != fd:
+            os.dup2(opened, fd)
+            os.close(opened)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [request["cwd"], *extra, *base_path]
     sys.argv = ["", *request["args"]]
     code = 0
     try:
