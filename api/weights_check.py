@@ -15,13 +15,11 @@ def main() -> int:
     """Check the weights file of the command line; exit 0, or print why it is refused and
     exit 2."""
     from automl.errors import SpecError
-    from automl.inputs.trained_model import _read_state_dict, open_trained
+    from automl.inputs.trained_model import check_weights_file
 
     path, name = sys.argv[1], sys.argv[2]
     try:
-        # No factory runs here: the file must read, be no empty file, and hold a state dict.
-        weights = open_trained(factory="", weights=path)
-        _read_state_dict(weights.weights, weights.digest)
+        check_weights_file(path)
     except SpecError as e:
         print(str(e).replace(path, name), end="")
         return 2

@@ -142,6 +142,17 @@ def _call_factory(factory: str) -> nn.Module:
     return model
 
 
+def check_weights_file(path: str | Path) -> None:
+    """Check that ``path`` holds a state dict that torch loads with ``weights_only=True``, after
+    the archive checks that keep a small file from inflating in memory; no model is built.
+
+    Raises:
+        SpecError: The file is missing, empty, unreadable, crafted, or no state dict.
+    """
+    weights = open_trained(factory="", weights=path)
+    _read_state_dict(weights.weights, weights.digest)
+
+
 def _read_state_dict(path: Path, digest: str) -> dict[str, torch.Tensor]:
     """The state dict in ``path``, whose content must still have ``digest``."""
     try:
