@@ -276,3 +276,70 @@ def method_of(values: dict) -> str:
     if int8_mode not in INT8_MODES:
         raise SpecError(f"int8_mode must be one of {list(INT8_MODES)}, got {int8_mode!r}")
     return method_for(bits, int8_mode).name
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a trial's stages built from its candidate, as the trial recorded it.
+
+    Attributes:
+        method: The method whose graph was deployed: ``fp32`` where a per-layer method's
+            ``keep_fp32`` kept every layer, so that nothing was quantized.
+        widths: The output channels of each hidden layer, in graph order (the output layer
+            left out); empty where the trial predates this record.
+        pruned: Whether pruning removed any channel (channels are kept in multiples of the
+            target's ``channel_multiple``, so a small ratio may remove none); ``None`` where
+            unknown.
+    """
+
+    method: str
+    widths: tuple[int, ...] = ()
+    pruned: bool | None = None
+
+
+# Distinct widths a label lists one by one; more are shown as their range.
+_LISTED_WIDTHS = 3
+
+
+def describe(values: dict, built: Built | None = None) -> str:
+    """The short form of a stored candidate, as built where ``built`` says how.
+
+    The model reads as built (``mlp w8 d1``): a pruned one adds the width and ratio asked
+    (``(w16 prune 0.2)``), so that two params that build one network read alike; a ratio that
+    removed nothing says so. The method is the one deployed: an ``int8-mixed`` that kept every
+    layer reads ``fp32 (all layers kept)``.
+    """
+    arch, ratio = values.get("arch"), values.get("pruning_ratio", 0.0)
+    widths = built.widths if built else ()
+    parts = []
+    if arch:
+        shown = _widths_text(widths) if widths else str(arch["width"])
+        parts.append(f"{arch['family']} w{shown} d{arch['depth']}")
+    if ratio and built is not None and built.pruned is False:
+        parts.append(f"prune {ratio:.1f} removed nothing")
+    elif ratio and arch and widths:
+        parts.append(f"(w{arch['width']} prune {ratio:.1f})")
+    elif ratio and widths:
+        parts.append(f"prune {ratio:.1f} to w{_widths_text(widths)}")
+    elif ratio or not built:  # a record without what was built reads as it always did
+        parts.append(f"prune {ratio:.1f}")
+    asked = method_of(values)
+    method = built.method if built else asked
+    parts.append(method if method == asked else f"{method} (all layers kept)")
+    parts.append(f"batch {values['batch_size']}")
+    if (level := values.get("graph_optimization", "all")) != "all":
+        parts.append(f"graph-opt {level}")
+    if serving := values.get("serving"):  # the dynamic batcher's settings
+        parts.append(
+            f"serve ≤{serving['max_batch']} wait {serving['max_queue_delay_ms']:g} ms"
+            f" ×{serving['instances']}"
+        )
+    return " ".join(parts)
+
+
+def _widths_text(widths: tuple[int, ...]) -> str:
+    """``8``, ``16/32``, or the range of many distinct widths (``16-128``)."""
+    distinct = sorted(set(widths))
+    if len(distinct) > _LISTED_WIDTHS:
+        return f"{distinct[0]}-{distinct[-1]}"
+    return "/".join(str(w) for w in distinct)

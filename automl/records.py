@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
+from automl.candidate import Built, describe, method_of
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -85,6 +87,14 @@ MODEL_METRICS = frozenset({"accuracy", TEST_METRIC, "accuracy_drop"})
 # graph's per-sample latency, measured beside it, over its own. At most 1: int8 did not pay.
 QUANTIZATION_GAIN = "quantization_gain"
 RECORDED_METRICS = (*METRICS, TEST_METRIC, QUANTIZATION_GAIN)
+# Metrics that are a timing or a ratio of timings: two trials whose values differ by less than
+# their measurements' noise are tied on them (see :func:`automl.service.read.front_records`).
+TIMED_METRICS = frozenset({
+    "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "latency_per_sample_ms",
+    "throughput_sps", "speedup", "speedup_same_batch",
+})  # fmt: skip
+# The key of a trial's ``history`` attr that says what its stages built (see :class:`Built`).
+BUILT = "built"
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,13 @@ class TrialRecord:
         fail_reason: Why it failed, for a FAIL trial.
         baseline: Whether it is the unmodified trained model's trial.
         user_attrs: Everything the trial recorded, as stored.
-        on_front: Whether it is on its study's Pareto front: feasible and non-dominated.
+        on_front: Whether it is on its study's Pareto front as automl shows it: feasible and
+            non-dominated, where latencies within their measurements' noise are equal.
+        label: The deployment as built (see :func:`automl.candidate.describe`).
+        method: The quantization method of the deployed graph: ``fp32`` where a per-layer
+            method kept every layer; ``None`` before the trial has a candidate.
+        ties: Trials of Optuna's front that this one ties on latency within noise while beating
+            them on another objective: automl's front leaves them out for this one.
     """
 
     number: int
@@ -119,14 +135,24 @@ class TrialRecord:
     baseline: bool
     user_attrs: Mapping[str, Any] = field(repr=False)
     on_front: bool = False
+    label: str = ""
+    method: str | None = None
+    ties: tuple[int, ...] = ()
 
     @classmethod
     def of(
-        cls, trial: optuna.trial.FrozenTrial, objectives: Sequence[str], *, on_front: bool
+        cls,
+        trial: optuna.trial.FrozenTrial,
+        objectives: Sequence[str],
+        *,
+        on_front: bool,
+        ties: Sequence[int] = (),
     ) -> TrialRecord:
         """Read ``trial``'s attrs; ``objectives`` names the study's objective metrics. A FAIL
         trial that recorded no reason was failed by a reaper: :data:`LOST_WORKER` says so."""
         attrs = trial.user_attrs
+        built = built_of(attrs)
+        candidate = attrs.get("candidate")
         return cls(
             number=trial.number,
             state=trial.state.name,
@@ -139,6 +165,9 @@ class TrialRecord:
             baseline=bool(attrs.get(BASELINE)),
             user_attrs=attrs,
             on_front=on_front,
+            label=describe(candidate, built) if candidate else _params_text(trial.params),
+            method=built.method if built else None,
+            ties=tuple(ties),
         )
 
     def __getitem__(self, key: str) -> Any:
@@ -163,6 +192,35 @@ class TrialRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(TrialRecord))
+
+
+def built_of(attrs: Mapping[str, Any]) -> Built | None:
+    """What a trial built, from its user ``attrs``; ``None`` before it has a candidate.
+
+    A trial recorded before :data:`BUILT` was gets what its attrs still tell: a per-layer
+    method whose ``keep_fp32`` covered every layer of its evidence deployed fp32.
+    """
+    candidate = attrs.get("candidate")
+    if candidate is None:
+        return None
+    history = attrs.get("history") or {}
+    recorded = history.get(BUILT) or {}
+    method = recorded.get("method") or _method_of_layers(candidate, history.get("layers"))
+    pruned = None
+    if "params" in attrs and "params_unpruned" in attrs:
+        pruned = attrs["params"] < attrs["params_unpruned"]
+    return Built(method, tuple(recorded.get("widths") or ()), pruned)
+
+
+def _method_of_layers(candidate: Mapping[str, Any], layers: Mapping[str, Any] | None) -> str:
+    """The asked method, or ``fp32`` where the layers kept in fp32 were every layer."""
+    if layers and len(layers.get("kept_fp32", ())) >= len(layers.get("evidence", ())):
+        return "fp32"
+    return method_of(dict(candidate))
+
+
+def _params_text(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def violated(system_attrs: dict) -> list[int]:
@@ -226,10 +284,11 @@ FRONT_COLUMNS = (
     Column(QUANTIZATION_GAIN, "gain over fp32", "{:.2f}×", "×", brief=False),
     Column("macs", "MACs", "{:,.0f}"),
 )
-# Against the baseline, in a trained model's study: shown before the others.
+# Against the baseline, in a trained model's study: shown before the others. ``speedup``
+# includes what serving at another batch gains; the model's own speedup is beside it.
 BASELINE_COLUMNS = (
-    Column("speedup", "speedup", "{:.2f}×", "×"),
-    Column("speedup_same_batch", "at the same batch", "{:.2f}×", "×", brief=False),
+    Column("speedup", "speedup with batching", "{:.2f}×", "×"),
+    Column("speedup_same_batch", "speedup at same batch", "{:.2f}×", "×"),
     Column("accuracy_drop", "acc drop", "{:+.4f}"),
     Column("size_ratio", "size ratio", "{:.3f}", brief=False),
 )

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from automl.records import RECORDED_METRICS, TrialRecord, front_columns
+from automl.records import BUILT, RECORDED_METRICS, TrialRecord, front_columns
 
 
 def _trial(**attrs: object) -> optuna.trial.FrozenTrial:
@@ -42,7 +42,7 @@ def test_a_record_reads_as_the_mapping_that_front_rows_always_were() -> None:
     assert record["metrics"]["accuracy"] == 0.9 and record.get("fail_reason") is None
     assert {**record}["params"] == {"batch_size": 8} and "on_front" in record
     assert record.get("no such field", "default") == "default"
-    assert dict(record.items()) == {**record} and len({**record}) == 11
+    assert dict(record.items()) == {**record} and len({**record}) == 14
     with pytest.raises(KeyError):
         record["latency"]  # a user attr is no field: read it from user_attrs
 
@@ -52,3 +52,27 @@ def test_every_column_is_a_recorded_metric_or_derived_from_them() -> None:
     every = SimpleNamespace(model=object(), serving=object())  # a trained model's, served
     keys = {c.key for c in front_columns(every)}
     assert keys - derived <= set(RECORDED_METRICS)
+
+
+def _mixed(keep_fp32: int, history: dict) -> TrialRecord:
+    candidate = {"arch": None, "pruning_ratio": 0.0, "method": "int8-mixed", "batch_size": 32,
+                 "keep_fp32": keep_fp32}  # fmt: skip
+    return TrialRecord.of(_trial(candidate=candidate, history=history), [], on_front=True)
+
+
+def test_an_int8_mixed_trial_that_kept_every_layer_reads_as_fp32() -> None:
+    recorded = _mixed(4, {BUILT: {"method": "fp32", "widths": [16, 16, 32]}})
+    assert (recorded.method, recorded.label) == ("fp32", "fp32 (all layers kept) batch 32")
+    # Recorded before BUILT was: its layer evidence still tells.
+    layers = {"evidence": [{"name": n} for n in "abcd"], "kept_fp32": list("abcd")}
+    assert _mixed(4, {"layers": layers}).method == "fp32"
+    some = {"evidence": [{"name": n} for n in "abcd"], "kept_fp32": ["a"]}
+    assert _mixed(1, {"layers": some}).method == "int8-mixed"
+    assert "int8-mixed" in _mixed(1, {"layers": some}).label
+
+
+def test_the_terminal_shows_the_models_own_speedup_beside_the_batching_gain() -> None:
+    trained = SimpleNamespace(model=object(), serving=None)
+    labels = {c.key: c.label for c in front_columns(trained, brief=True)}
+    assert labels["speedup"] == "speedup with batching"
+    assert labels["speedup_same_batch"] == "speedup at same batch"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
-from automl.records import ARTIFACT_ID, RECORDED_METRICS
+from automl.records import ARTIFACT_ID, RECORDED_METRICS, TrialRecord, built_of
 from automl.service.read import model_trial
 from automl.service.studies import TrialNotFound
 
@@ -30,6 +30,7 @@ METADATA_FIELDS = (
     "dataset",
     "params",
     "candidate",
+    "deployed",
     "metrics",
     "env",
     "class_names",
@@ -87,7 +88,9 @@ def export_model(
     latency) and the ``sha256`` of the
     written model file. The fields in :data:`METADATA_FIELDS` are also the model's
     ``metadata_props``, JSON-encoded under ``automl.<field>``; the file's own hash cannot be
-    among them, so it is in the sidecar only.
+    among them, so it is in the sidecar only. ``deployed`` says what the file is, where the
+    ``candidate`` says what was asked: its label, the method of its graph (``fp32`` where a
+    per-layer method kept every layer) and the widths that pruning kept.
 
     Args:
         name: The study.
@@ -131,6 +134,7 @@ def export_model(
         "dataset": spec.dataset_shown,
         "params": trial.params,
         "candidate": trial.user_attrs.get("candidate"),
+        "deployed": _deployed(trial),
         "metrics": {k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs},
         "latency": trial.user_attrs.get("latency"),
         "env": trial.user_attrs.get("env"),
@@ -169,6 +173,14 @@ def open_export(
         path = Path(folder) / "model.onnx"
         export_model(name, storage, artifact_store, number, path)
         return path.open("rb")  # still readable once its folder is gone
+
+
+def _deployed(trial: FrozenTrial) -> dict:
+    """What the exported model is, as built (see :class:`automl.candidate.Built`)."""
+    record = TrialRecord.of(trial, [], on_front=False)
+    built = built_of(trial.user_attrs)
+    widths = list(built.widths) if built else []
+    return {"label": record.label, "method": record.method, "widths": widths}
 
 
 def _serving(trial: FrozenTrial) -> dict:

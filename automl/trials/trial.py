@@ -12,15 +12,16 @@ import onnxruntime as ort
 import torch
 
 from automl.candidate import Batching
-from automl.catalog import TRT
+from automl.catalog import LAYER_OPS, TRT
 from automl.errors import TrialFailed
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency, per_sample_in_turn
 from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
+from automl.pipeline.profile import SourceGraph, quantizes_nothing
 from automl.pipeline.serving_floor import busy_host
 from automl.pipeline.timers import backend_session
 from automl.pipeline.trt_engine import ENGINE_RECORD, check_engine_precision
-from automl.records import QUANTIZATION_GAIN
+from automl.records import BUILT, QUANTIZATION_GAIN
 from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
 from automl.targets.presence import gpu_identity
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from automl.candidate import Candidate
+    from automl.catalog import Method
     from automl.inputs.data import Dataset
     from automl.inputs.onnx_model import OnnxModel
     from automl.inputs.trained_model import TrainedModel
@@ -188,6 +190,9 @@ def run_trial(
             "test_confusion": [list(row) for row in test_evaluation.confusion],
             "onnx_max_abs_diff": onnx_diff,
             **({"layers": built["layers"]} if "layers" in built else {}),
+            BUILT: what_was_built(
+                stages.method, quantized, _fp32_graph(stages, quantized, timings)
+            ),
             **({"baseline": asdict(baseline)} if baseline else {}),
             **(
                 {"engine_precision": precision.counts, "engine_layers": precision.layers}
@@ -309,6 +314,40 @@ def accuracy_floor(constraints: Sequence[Constraint]) -> float | None:
     """The tightest lower bound on ``accuracy`` among ``constraints``, if any."""
     bounds = [c.bound for c in constraints if c.metric == "accuracy" and c.op == ">="]
     return max(bounds, default=None)
+
+
+def what_was_built(method: Method, quantized: QuantizedModel, fp32_path: Path) -> dict:
+    """What a trial deployed (see :class:`automl.candidate.Built`): the method of its graph,
+    ``fp32`` where the per-layer ``method`` kept every layer, and the widths of the hidden
+    layers of its fp32 graph ``fp32_path``."""
+    deployed = quantized.method
+    if method.per_layer and quantizes_nothing(SourceGraph(quantized.path)):
+        deployed = "fp32"
+    return {"method": deployed, "widths": hidden_widths(fp32_path)}
+
+
+def _fp32_graph(stages: CachedStages, quantized: QuantizedModel, timings: dict) -> Path:
+    """The trial's fp32 graph: the deployed one where it is fp32 (no export is then fetched)."""
+    return quantized.path if quantized.method == "fp32" else stages.exported(timings)[0].path
+
+
+def hidden_widths(fp32_path: Path) -> list[int]:
+    """The output channels of each layer (Conv, Gemm, MatMul with a weight) of an fp32 graph,
+    in graph order, less the last: the output layer, whose width is the number of classes."""
+    import onnx
+
+    graph = onnx.load(str(fp32_path), load_external_data=False).graph
+    weights = {w.name: list(w.dims) for w in graph.initializer}
+    widths = []
+    for node in graph.node:
+        dims = next((weights[i] for i in node.input[1:2] if i in weights), None)
+        if node.op_type not in LAYER_OPS or dims is None or len(dims) < 2:
+            continue
+        transposed = node.op_type == "Gemm" and any(
+            a.name == "transB" and a.i for a in node.attribute
+        )
+        widths.append(dims[0] if node.op_type == "Conv" or transposed else dims[-1])
+    return widths[:-1]
 
 
 def _torch_device(target: Target) -> str:

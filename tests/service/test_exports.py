@@ -70,6 +70,9 @@ def test_sidecar(exported: list) -> None:
             k: trial.user_attrs[k] for k in RECORDED_METRICS if k in trial.user_attrs
         }
         assert sidecar["env"] == trial.user_attrs["env"]
+        deployed = sidecar["deployed"]  # what the file is, as built
+        assert (deployed["method"], deployed["widths"]) == (sidecar["candidate"]["method"], [32])
+        assert deployed["label"].startswith("mlp w32 d1 ")
         assert {"onnxruntime", "provider", "cpu_model", "intra_op_threads"} <= sidecar["env"].keys()
         (model_input,), (model_output,) = sidecar["inputs"], sidecar["outputs"]
         assert (model_input["name"], model_input["shape"]) == ("input", ["batch", 1, 8, 8])

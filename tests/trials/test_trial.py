@@ -6,15 +6,21 @@ import onnxruntime as ort
 import pytest
 
 from automl.candidate import ArchConfig, Candidate, TrainConfig
+from automl.catalog import get_method
 from automl.errors import TargetUnavailable
+from automl.models import build_model
 from automl.pipeline.evaluate import evaluate
+from automl.pipeline.export import export_onnx
 from automl.pipeline.latency import LatencyBudget
+from automl.pipeline.profile import SourceGraph
+from automl.pipeline.quantize import quantize_method
+from automl.records import BUILT
 from automl.search.objectives import Constraint
 from automl.search.spec import parse_spec
 from automl.targets import load_target
 from automl.trials import trial as trial_module
 from automl.trials.stage_cache import StageCache
-from automl.trials.trial import engine_folder, latency_budgets, run_trial
+from automl.trials.trial import engine_folder, latency_budgets, run_trial, what_was_built
 
 
 def _constraints(*texts: str) -> list[Constraint]:
@@ -84,6 +90,18 @@ def test_a_trial_quantizes_with_the_method_its_candidate_names(digits, tmp_path)
     )  # fmt: skip
     outcome = run_trial(candidate, load_target("cpu"), digits, tmp_path)
     assert candidate.bits == 8 and outcome.latency["method"] == "int8-dynamic"
+    assert outcome.history[BUILT] == {"method": "int8-dynamic", "widths": [8]}
+
+
+def test_an_int8_mixed_graph_that_kept_every_layer_is_recorded_as_fp32(digits, tmp_path) -> None:
+    model = build_model(ArchConfig("cnn", 16, 2), digits.input_shape, digits.num_classes, seed=0)
+    fp32 = export_onnx(model.eval(), digits.x_test[:8], tmp_path / "cnn.onnx").path
+    layers = list(SourceGraph(fp32).layers)  # two convs and the classifier
+    mixed = get_method("int8-mixed")
+    for kept, deployed in ((layers, "fp32"), (layers[:1], "int8-mixed")):
+        graph = quantize_method(fp32, tmp_path / "q.onnx", mixed.name, calibration=digits.x_calib,
+                                keep=kept)  # fmt: skip
+        assert what_was_built(mixed, graph, fp32) == {"method": deployed, "widths": [16, 16]}
 
 
 @pytest.mark.skipif(
