@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -15,17 +16,18 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from automl.records import ARTIFACT_ID, BASELINE, TrialRecord, violated
+from automl.records import ARTIFACT_ID, BASELINE, TIMED_METRICS, TrialRecord, violated
 from automl.search.budget import readable_spec
 from automl.service.studies import StudyInfo, StudyNotFound, TrialNotFound, get_study, load
 from automl.targets import is_present, load_target
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Sequence
     from datetime import datetime
 
     from optuna.storages import BaseStorage
 
+    from automl.search.objectives import Objective
     from automl.search.spec import StudySpec
 
 _DETAIL_ATTRS = (
@@ -95,8 +97,9 @@ def trial_detail(name: str, storage: BaseStorage, number: int) -> dict:
     """
     study, spec = load(name, storage)
     trial = _trial(study, name, number)
+    front = {r.number for r in front_records(study, spec) if r.on_front}
     return {
-        **trial_record(trial, spec, {t.number for t in study.best_trials}),
+        **trial_record(trial, spec, front),
         **{key: trial.user_attrs.get(key) for key in _DETAIL_ATTRS},
         "constraints": trial.constraints,
         # Optuna stores naive local times; an explicit offset makes them RFC 3339 date-times.
@@ -172,20 +175,78 @@ def empty_front_reason(name: str, storage: BaseStorage) -> str:
 
 
 def front_records(study: optuna.Study, spec: StudySpec) -> list[TrialRecord]:
-    """``study.best_trials`` (feasible and non-dominated) as records, by number: the one way
-    the CLI, the API, the report and exports read a front.
+    """The study's front as records, by number: the one way the CLI, the API, the report and
+    exports read a front.
+
+    It is ``study.best_trials`` (feasible and non-dominated), less the trials on it only
+    through noise: a trial that another front trial beats on some objective and ties on the
+    rest, latencies within their measurements' noise counting as ties (see
+    :func:`shown_front`), is left out, and the record that beats it names it in ``ties``.
+    Optuna's own front (the dashboard's) keeps it.
 
     A trained model's study adds its baseline trial, marked ``baseline``, even where it is
     dominated; ``on_front`` tells the front's own records from it.
     """
-    trials = {t.number: t for t in study.best_trials}
-    on_front = set(trials)
+    best = study.best_trials
+    ties = shown_front(best, spec.objectives)
+    trials = {t.number: t for t in best if t.number in ties}
     if spec.model is not None:
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         trials.update({t.number: t for t in complete if t.user_attrs.get(BASELINE)})
     return [
-        TrialRecord.of(trials[n], spec.metric_names, on_front=n in on_front) for n in sorted(trials)
+        TrialRecord.of(trials[n], spec.metric_names, on_front=n in ties, ties=ties.get(n, ()))
+        for n in sorted(trials)
     ]
+
+
+def shown_front(
+    front: Sequence[optuna.trial.FrozenTrial], objectives: Sequence[Objective]
+) -> dict[int, tuple[int, ...]]:
+    """The trials of Optuna's ``front`` that automl shows, each with those it displaces.
+
+    Trial ``b`` displaces trial ``a`` when ``b`` is no worse on every objective and better on
+    one, where two values of a timed metric (:data:`automl.records.TIMED_METRICS`) whose
+    relative difference is within the larger noise of the two measurements
+    (:func:`latency_noise`) count as equal. Only a trial that nothing still shown displaces
+    displaces others, so that a chain of ties within noise does not remove a real difference.
+    """
+    beaten_by = {a.number: [b.number for b in front if _displaces(b, a, objectives)] for a in front}
+    ties: dict[int, list[int]] = {n: [] for n in beaten_by}
+    while True:
+        sure = {n for n in ties if not any(b in ties for b in beaten_by[n])}
+        displaced = {
+            n: next(b for b in beaten_by[n] if b in sure)
+            for n in set(ties) - sure
+            if any(b in sure for b in beaten_by[n])
+        }
+        if not displaced:
+            return {n: tuple(sorted(shown)) for n, shown in ties.items()}
+        for n, by in displaced.items():
+            ties[by] += [n, *ties.pop(n)]
+
+
+def latency_noise(trial: optuna.trial.FrozenTrial) -> float:
+    """The relative noise of a trial's latency: the half-width of the 95 % confidence interval
+    of its median over the median (``ci_rel``); 0 where it recorded none."""
+    noise = (trial.user_attrs.get("latency") or {}).get("ci_rel")
+    return float(noise) if noise is not None and math.isfinite(noise) else 0.0
+
+
+def _displaces(
+    b: optuna.trial.FrozenTrial, a: optuna.trial.FrozenTrial, objectives: Sequence[Objective]
+) -> bool:
+    """Whether ``b`` is no worse than ``a`` on every objective and better on one, timed
+    metrics tied within noise."""
+    noise = max(latency_noise(a), latency_noise(b))
+    better = False
+    for objective, va, vb in zip(objectives, a.values, b.values, strict=True):
+        tied = objective.metric in TIMED_METRICS and abs(va - vb) <= noise * max(abs(va), abs(vb))
+        if va == vb or tied:
+            continue
+        if (vb < va) != (objective.direction == "minimize"):
+            return False
+        better = True
+    return better
 
 
 def trial_record(
