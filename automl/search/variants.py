@@ -18,7 +18,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from automl.records import violated
+from automl.records import built_of, violated
 from automl.search.front_gain import KernelCache, predicted_gains
 
 if TYPE_CHECKING:
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("automl.search.variants")
 VARIANT_OF = "variant_of"
+# User attr of a complete trial whose params differ from an earlier one's only in a pruning
+# ratio that built the same widths from the same trained weights: it deployed that trial's
+# model (see :meth:`VariantSampler.model_key`), and the two count as one model.
+SAME_MODEL_AS = "same_model_as"
 # Least share of the front's hypervolume a variant must be predicted to add; below it, the
 # prediction is fitting noise.
 MIN_GAIN = 1e-3
@@ -63,6 +67,12 @@ class VariantSampler(optuna.samplers.BaseSampler):
     the 20 trials of a CNN's trained-model studies (``bench.optimize``) were variants: 5 to 7
     models were trained, most lightly pruned, and no deployment of theirs reached the speedups
     that pruning did.
+
+    Two params may build one model: pruning keeps channels in multiples of the target's
+    ``channel_multiple``, so ratios 0.2 and 0.3 of one trained model may keep the same widths
+    and fine-tune to the same weights. A complete trial whose model an earlier one built is
+    marked ``same_model_as`` that trial (an Optuna user sees it in its user attrs), and the two
+    count as one model: its trials per model, and the deployments tried, are theirs together.
 
     Spaces whose deployments cannot be listed (a float knob, or too many) get no variants.
     Enqueued and retried trials keep their own params. Nothing is queued; a variant is claimed
@@ -141,7 +151,37 @@ class VariantSampler(optuna.samplers.BaseSampler):
         values: Sequence[float] | None,
     ) -> None:
         self._variants.pop(trial._trial_id, None)
+        if state == TrialState.COMPLETE:
+            try:
+                self._mark_same_model(study, trial)
+            except Exception:  # a mark helps later choices; failing to set it must not fail a trial
+                logger.exception("trial %d: its model was not compared", trial.number)
         self._base.after_trial(study, trial, state, values)
+
+    def model_key(self, trial: FrozenTrial) -> tuple | None:
+        """What decides the model a complete trial built: its params but the deployment and
+        the pruning ratio, whether it was fine-tuned (a ratio above 0 is), and the widths that
+        pruning kept; ``None`` where the trial recorded no widths or the space lacks a param."""
+        built = built_of(trial.user_attrs)
+        if built is None or not built.widths or not set(trial.params) <= set(self._space.params):
+            return None
+        model = self._space.model_params(trial.params)
+        ratios = [n for n in model if (self._space.params[n].sets or n) == "pruning_ratio"]
+        ratio = model.pop(ratios[0]) if ratios else 0.0
+        return frozenset(model.items()), ratio > 0, built.widths
+
+    def _mark_same_model(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """Mark ``trial`` ``SAME_MODEL_AS`` the first complete trial that built its model."""
+        key = self.model_key(trial)
+        if key is None or VARIANT_OF in trial.user_attrs:
+            return
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        models = _models(complete)
+        for other in complete:
+            if other.number < trial.number and self.model_key(other) == key:
+                first = models[other.number]
+                study._storage.set_trial_user_attr(trial._trial_id, SAME_MODEL_AS, first)
+                return
 
     def _ranked(
         self, study: optuna.Study, trial: FrozenTrial
@@ -152,9 +192,13 @@ class VariantSampler(optuna.samplers.BaseSampler):
         """
         trials = study.get_trials(deepcopy=False)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
-        per_model = Counter(t.user_attrs.get(VARIANT_OF, t.number) for t in trials)  # by parent
-        taken = {frozenset(_planned(t).items()) for t in trials}
-        parents = [t for t in complete if not self._stuck & set(violated(t.system_attrs))]
+        models = _models(trials)
+        per_model = Counter(models.values())
+        taken = self._taken(trials, models)
+        parents = [
+            t for t in complete
+            if not self._stuck & set(violated(t.system_attrs)) and SAME_MODEL_AS not in t.user_attrs
+        ]  # fmt: skip
         if len(complete) < self._startup:
             return self._startup_variants(parents, per_model, taken, trial)
         if len(complete) < 2:
@@ -222,11 +266,39 @@ class VariantSampler(optuna.samplers.BaseSampler):
                 return [(parent, params[i]) for i in order]
         return []
 
+    def _taken(self, trials: list[FrozenTrial], models: dict[int, int]) -> set[frozenset]:
+        """The params each trial has or has claimed, and the same deployments of the model it
+        deployed, as that model's first trial's params name it."""
+        by_number = {t.number: t for t in trials}
+        taken = set()
+        for trial in trials:
+            planned = _planned(trial)
+            taken.add(frozenset(planned.items()))
+            first = by_number.get(models[trial.number])
+            if first is not None and first is not trial and set(planned) <= set(self._space.params):
+                own = self._space.model_params(planned)
+                deployment = {k: v for k, v in planned.items() if k not in own}
+                model = self._space.model_params(first.params)
+                taken.add(frozenset({**model, **deployment}.items()))
+        return taken
+
     def _untried(self, parent: FrozenTrial, taken: set[frozenset]) -> list[dict[str, Any]]:
         """Params of the deployments of ``parent``'s model that no trial has or has claimed."""
         fixed = self._space.model_params(parent.params)
         deployments = [{**fixed, **d} for d in self._space.deployments(fixed) or []]
         return [params for params in deployments if frozenset(params.items()) not in taken]
+
+
+def _models(trials: list[FrozenTrial]) -> dict[int, int]:
+    """The model each trial deployed, by trial number: the number of the first trial that
+    built it (a variant's parent, or the trial it is ``SAME_MODEL_AS``)."""
+    first = {t.number: t.user_attrs.get(SAME_MODEL_AS, t.number) for t in trials}
+    return {
+        t.number: first.get(t.user_attrs[VARIANT_OF], t.user_attrs[VARIANT_OF])
+        if VARIANT_OF in t.user_attrs
+        else first[t.number]
+        for t in trials
+    }
 
 
 def _planned(trial: FrozenTrial) -> dict[str, Any]:

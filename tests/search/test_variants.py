@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from automl.records import constraint_attrs
+from automl.records import BUILT, constraint_attrs
 from automl.search.front_gain import predicted_gains
 from automl.search.space import SEARCH_SPACES_DIR, load_space
-from automl.search.variants import MIN_GAIN, VARIANT_OF, VariantSampler
+from automl.search.variants import MIN_GAIN, SAME_MODEL_AS, VARIANT_OF, VariantSampler
 
 MODEL = ("arch.width", "arch.depth", "pruning_ratio")
 
@@ -306,3 +306,35 @@ def test_a_variant_must_beat_what_a_new_model_is_predicted_to_add():
     assert max(variants) < np.mean(new)  # less than a new, more pruned model is expected to
     study.optimize(objective, n_trials=1)
     assert VARIANT_OF not in study.trials[8].user_attrs
+
+
+def test_two_params_that_build_one_model_count_as_one_model(tmp_path):
+    path = tmp_path / "twins.yaml"
+    path.write_text(
+        "name: twins\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
+        "  arch.width: {type: categorical, choices: [8, 16]}\n"
+        "  pruning_ratio: {type: categorical, choices: [0.0, 0.2, 0.3]}\n"
+        "  batch_size: {type: categorical, choices: [1, 8]}\n"
+    )
+    space = load_space(str(path))
+    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 4, 0)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+
+    def objective(trial):
+        candidate = space.suggest(trial)
+        width = 8 if candidate.pruning_ratio else candidate.arch.width  # multiples of 8 kept
+        built = {"method": "fp32", "widths": [width]}
+        trial.set_user_attr("candidate", candidate.as_dict())
+        trial.set_user_attr("history", {BUILT: built})
+        return width / 1000 + candidate.arch.width / 1e5, math.log10(width / candidate.batch_size)
+
+    # 0 and 1 prune the same trained w16 to the same 8 channels: one model, at batch 1 and 8.
+    for width, ratio, batch in [(16, 0.2, 1), (16, 0.3, 8), (8, 0.0, 1)]:
+        study.enqueue_trial({"arch.width": width, "pruning_ratio": ratio, "batch_size": batch})
+    study.optimize(objective, n_trials=6)
+    assert study.trials[1].user_attrs[SAME_MODEL_AS] == 0
+    assert SAME_MODEL_AS not in study.trials[2].user_attrs  # w8 unpruned is another model
+    for trial in study.trials[3:]:
+        assert trial.user_attrs.get(VARIANT_OF) not in (0, 1)  # both batches of it are tried
+        twin = trial.params["arch.width"] == 16 and trial.params["pruning_ratio"] > 0
+        assert twin == (trial.user_attrs.get(SAME_MODEL_AS) == 0)
