@@ -108,7 +108,11 @@ class _NoBar:
 
 
 def rich_progress(console: Console) -> Progress:
-    """The progress bar of a running study, as `automl study start` and optimize show it."""
+    """The progress bar of a running study, as `automl study start` and optimize show it.
+
+    On a narrow terminal the bar shrinks and the status wraps onto more lines; the study's
+    name, the count and the time stay whole (rich alone cuts them all to ``digits-…``).
+    """
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -116,14 +120,16 @@ def rich_progress(console: Console) -> Progress:
         TextColumn,
         TimeElapsedColumn,
     )
+    from rich.table import Column
 
     return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
+        TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True)),
+        BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=10, max_width=40)),
+        MofNCompleteColumn(table_column=Column(no_wrap=True)),
+        TimeElapsedColumn(table_column=Column(no_wrap=True)),
+        TextColumn("{task.fields[status]}", table_column=Column(ratio=4, overflow="fold")),
         console=console,
+        expand=True,
     )
 
 

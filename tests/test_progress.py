@@ -59,3 +59,20 @@ def test_the_none_bar_draws_nothing(capsys) -> None:
     bar.update(4, "done")
     bar.close()
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_narrow_terminal_wraps_the_status_and_keeps_name_and_count_whole() -> None:
+    from rich.console import Console
+
+    from automl.progress import rich_progress
+
+    out = io.StringIO()
+    progress = rich_progress(Console(file=out, width=80))
+    status = "running 1  failed 0  eta 0:00:12  front 4  best acc 0.972 @ 0.0037 ms/sample"
+    progress.add_task("digits-mlp-cpu", total=8, completed=3, status=status)
+    progress.start()
+    progress.stop()
+    lines = out.getvalue().splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in out.getvalue()
+    assert lines[0].startswith("digits-mlp-cpu ") and " 3/8 " in lines[0]
+    assert " ".join(" ".join(lines).split()).endswith(status.replace("  ", " "))

@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-# Piped output gets a wide console so that tables are not cut to 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+if TYPE_CHECKING:
+    from typing import TextIO
+
+# The width of piped output when COLUMNS is not set: a log then holds whole tables.
+PIPED_WIDTH = 160
+
+
+def console_width(stream: TextIO) -> int | None:
+    """The width to give a console of ``stream``; ``None`` lets rich size it, from ``COLUMNS``
+    where it is set (piped or not: rich reads it), else from the terminal. Piped output without
+    ``COLUMNS`` is :data:`PIPED_WIDTH` wide, not rich's 80."""
+    if stream.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return None
+    return PIPED_WIDTH
+
+
+console = Console(width=console_width(sys.stdout))
+err = Console(stderr=True, width=console_width(sys.stderr))

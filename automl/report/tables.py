@@ -9,7 +9,9 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from automl.records import front_columns
+from automl.candidate import describe as describe_candidate
+from automl.records import built_of, front_columns
+from automl.report.fitted import FitColumn, FittedTable
 
 if TYPE_CHECKING:
     from automl.catalog import Method
@@ -19,35 +21,47 @@ if TYPE_CHECKING:
     from automl.targets import Target
 
 
-def targets_table(rows: list[tuple[Target, bool]]) -> Table:
-    """Targets with kind, providers, precisions and presence."""
-    table = Table(title="Targets")
-    for column in ("name", "kind", "present", "providers", "bits", "description"):
-        table.add_column(column)
-    for target, present in rows:
-        table.add_row(
-            target.name,
-            target.kind,
-            "[green]yes[/]" if present else "[dim]no[/]",
-            ", ".join(target.execution_providers),
-            ", ".join(str(b) for b in target.precisions),
-            target.description,
-        )
-    return table
+def targets_table(rows: list[tuple[Target, bool]]) -> FittedTable:
+    """Targets with kind, providers, precisions and presence; a narrow terminal drops the
+    description, then the bits, and wraps the providers one name a line."""
+    return FittedTable(
+        "Targets",
+        [
+            FitColumn("name", [t.name for t, _ in rows]),
+            FitColumn("kind", [t.kind for t, _ in rows]),
+            FitColumn("present", ["[green]yes[/]" if p else "[dim]no[/]" for _, p in rows]),
+            FitColumn("providers", [", ".join(t.execution_providers) for t, _ in rows]),
+            FitColumn("bits", [", ".join(map(str, t.precisions)) for t, _ in rows], drop=2),
+            FitColumn("description", [t.description for t, _ in rows], drop=3),
+        ],
+    )
 
 
-def methods_table(methods: list[Method], offered: dict[str, list[str]]) -> Table:
-    """The catalog's quantization methods: bits, backends, the targets that run each, and
-    what each does."""
-    table = Table(title="Quantization methods")
-    for column in ("name", "bits", "backends", "targets", "description"):
-        table.add_column(column)
-    for method in methods:
-        table.add_row(
-            method.name, str(method.bits), ", ".join(method.backends),
-            ", ".join(offered[method.name]) or "[dim]none[/]", method.description,
-        )  # fmt: skip
-    return table
+def methods_table(methods: list[Method], offered: dict[str, list[str]]) -> FittedTable:
+    """The catalog's quantization methods: bits, backends, the targets that run each, and the
+    first sentence of what each does (``automl methods --json`` gives all of it)."""
+    every = {name for names in offered.values() for name in names}
+    return FittedTable(
+        "Quantization methods (automl methods --json describes each in full)",
+        [
+            FitColumn("name", [m.name for m in methods]),
+            FitColumn("bits", [str(m.bits) for m in methods], numeric=True),
+            FitColumn("backends", [", ".join(m.backends) for m in methods], drop=2),
+            FitColumn("targets", [_targets_text(offered[m.name], every) for m in methods]),
+            FitColumn("what it does", [escape(_first_sentence(m.description)) for m in methods],
+                      drop=1),
+        ],
+    )  # fmt: skip
+
+
+def _targets_text(names: list[str], every: set[str]) -> str:
+    if not names:
+        return "[dim]none[/]"
+    return "every target" if set(names) == every else ", ".join(names)
+
+
+def _first_sentence(text: str) -> str:
+    return re.split(r"(?<=[.;:])\s", " ".join(text.split()))[0].rstrip(".;:")
 
 
 def spaces_table(spaces: list[SearchSpace]) -> Table:
@@ -130,53 +144,90 @@ def _scenario_line(serving: dict) -> str:
     )
 
 
-def front_table(front: list[dict], spec: StudySpec) -> Table:
-    """The Pareto front with the candidate knobs and every metric.
+# The columns a narrow terminal drops first, in this order; the study's objectives go last.
+_DROPPED_FIRST = (
+    "throughput_sps", "size_mb", "macs", "latency_p50_ms", "test_accuracy", "latency_p99_ms",
+    "serving_p99_ms", "accuracy",
+)  # fmt: skip
+
+
+def front_table(front: list[dict], spec: StudySpec) -> FittedTable:
+    """The Pareto front with the candidate knobs and every metric, fitted to the terminal.
 
     A trained model's study shows its baseline too, marked, and each row's speedup and
-    accuracy drop against it.
+    accuracy drop against it. The trial and candidate columns are whole at any width; a
+    narrow terminal drops the other columns, samples/s, MB and MACs first and the study's
+    objectives last (``--json`` has them all).
     """
     columns = front_columns(spec, brief=True)
+    objectives = [o.metric for o in spec.objectives]
     shown = sum(1 for t in front if t.get("on_front", True))
-    table = Table(title=f"Pareto front of {spec.name} on {spec.target} ({shown} trials)")
-    table.add_column("trial", justify="right", min_width=5)
-    table.add_column("candidate", min_width=28)
-    for column in columns:
-        table.add_column(column.label, justify="right", no_wrap=True)
-    for trial in front:
-        cells = (column.text(trial["metrics"]) or "-" for column in columns)
-        table.add_row(str(trial["number"]), _marked(trial), *cells)
-    return table
+    fitted = [
+        FitColumn("trial", [str(t["number"]) for t in front], numeric=True),
+        FitColumn("candidate", [_marked(t) for t in front]),
+        *(
+            FitColumn(
+                c.label, [c.text(t["metrics"]) or "-" for t in front], numeric=True,
+                drop=_drop_rank(c.key, objectives, [c.key for c in columns]),
+            )
+            for c in columns
+        ),
+    ]  # fmt: skip
+    notes = [_speedup_note(front)] if spec.model is not None else []
+    if any(t.get("ties") for t in front):
+        notes.append(_TIES_NOTE)
+    title = f"Pareto front of {spec.name} on {spec.target} ({shown} trials)"
+    return FittedTable(title, fitted, notes)
+
+
+def _speedup_note(front: list[dict]) -> str:
+    """What the two speedups compare, with the baseline's batch where its row is there."""
+    batches = {
+        (t.get("user_attrs", {}).get("candidate") or {}).get("batch_size")
+        for t in front
+        if t.get("baseline")
+    }
+    batch = f"batch {batches.pop()}" if len(batches) == 1 and None not in batches else "its batch"
+    return (
+        f"speedup with batching: the baseline at {batch} against the row at its own batch; "
+        "speedup at same batch: the model's own, both at the row's batch"
+    )
+
+
+_TIES_NOTE = (
+    "ties N: trial N, on Optuna's front, is worse than this row but for a latency within "
+    "measurement noise of it, so it is left out (docs/latency.md)"
+)
+
+
+def _drop_rank(key: str, objectives: list[str], keys: list[str]) -> int:
+    """When a narrow table drops the column of ``key``: the highest rank goes first."""
+    if key in objectives:
+        return 1 + objectives[::-1].index(key)
+    if key in _DROPPED_FIRST:
+        return 100 + len(_DROPPED_FIRST) - _DROPPED_FIRST.index(key)
+    return 10 + keys.index(key)
 
 
 def _marked(trial: dict) -> str:
+    label = escape(describe(trial))
+    if ties := trial.get("ties"):
+        label += f" [dim](ties {', '.join(map(str, ties))})[/]"
     if not trial.get("baseline"):
-        return describe(trial)
+        return label
     where = "" if trial.get("on_front", True) else ", not on the front"
-    return f"[bold]baseline[/] (unmodified{where}): {describe(trial)}"
+    return f"[bold]baseline[/] (unmodified{where}): {label}"
 
 
 def describe(record: dict) -> str:
-    """Short human form of a trial's candidate (falls back to its params)."""
+    """Short human form of a trial's candidate, as built (see
+    :func:`automl.candidate.describe`); a record without a candidate shows its params."""
+    if label := record.get("label"):
+        return label
     candidate = record.get("user_attrs", {}).get("candidate")
     if candidate is None:
         return ", ".join(f"{k}={v}" for k, v in record["params"].items())
-    from automl.candidate import method_of
-
-    arch = candidate["arch"]
-    precision = method_of(candidate)
-    model = f"{arch['family']} w{arch['width']} d{arch['depth']} " if arch else ""
-    level = candidate.get("graph_optimization", "all")
-    graph = f" graph-opt {level}" if level != "all" else ""
-    if serving := candidate.get("serving"):  # the dynamic batcher's settings
-        graph += (
-            f" serve ≤{serving['max_batch']} wait {serving['max_queue_delay_ms']:g} ms"
-            f" ×{serving['instances']}"
-        )
-    return (
-        f"{model}prune {candidate['pruning_ratio']:.1f} {precision} batch {candidate['batch_size']}"
-        f"{graph}"
-    )
+    return describe_candidate(candidate, built_of(record["user_attrs"]))
 
 
 def comparison_table(comparison: dict) -> Table:
