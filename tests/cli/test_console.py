@@ -25,6 +25,8 @@ from automl.service.read import pareto_front
 from automl.settings import Settings
 from automl.storage.factory import open_storage
 
+pytestmark = pytest.mark.e2e  # the automl command, forked or on a terminal of its own
+
 NAME = "digits-mlp-cpu"
 _DISTRIBUTIONS = {
     "arch.width": IntDistribution(16, 128, step=16),
