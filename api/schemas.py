@@ -124,7 +124,22 @@ class TrialOut(BaseModel):
         default=False, description="The unmodified trained model (a trained model's study)"
     )
     on_front: bool = Field(
-        default=False, description="On the study's Pareto front: feasible and non-dominated"
+        default=False,
+        description="On the study's Pareto front: feasible and non-dominated, latencies within "
+        "their measurements' noise counting as equal",
+    )
+    label: str = Field(
+        default="", description="The deployment as built: widths kept by pruning, method deployed"
+    )
+    method: str | None = Field(
+        default=None,
+        description="The quantization method of the deployed graph: fp32 where a per-layer "
+        "method kept every layer",
+    )
+    ties: list[int] = Field(
+        default_factory=list,
+        description="Trials of Optuna's front that this one ties on latency within noise and "
+        "beats on another objective, left out of the front for it",
     )
 
     @classmethod
