@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from automl.errors import SpecError, validation_message
 
 DEFAULT_STORAGE = "sqlite:///studies/automl.db"
+DEFAULT_ARTIFACTS_DIR = Path("studies/artifacts")  # beside the default storage
 
 
 # The range a search space may give each numeric knob: a space beyond it is refused at load
@@ -47,7 +48,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AUTOML_", env_file=".env", extra="ignore")
 
     storage: str = DEFAULT_STORAGE
-    artifacts_dir: Path = Path("studies/artifacts")
+    # Unset, the folder beside a SQLite storage's file (see for_command), else the default.
+    artifacts_dir: Path = DEFAULT_ARTIFACTS_DIR
     data_root: Path = Path("data")
     sqlite_timeout_s: float = 60.0
     pool_size: int = Field(default=2, ge=1)
@@ -89,6 +91,28 @@ class Settings(BaseSettings):
         return {**KNOB_BOUNDS, **bounds}
 
     @model_validator(mode="after")
+    def _artifacts_beside_the_storage(self) -> Settings:
+        """An unset ``artifacts_dir`` follows ``storage``, as :meth:`for_command` says."""
+        if "artifacts_dir" not in self.model_fields_set:  # and it stays out of that set
+            object.__setattr__(self, "artifacts_dir", artifacts_beside(self.storage))
+        return self
+
+    def for_command(self, storage: str | None, artifacts_dir: Path | None = None) -> Settings:
+        """These settings for a command given ``--storage`` and ``--artifacts-dir`` (None
+        where the option is left out).
+
+        The artifacts folder is, first to last: ``artifacts_dir``, ``AUTOML_ARTIFACTS_DIR``
+        (or ``.env``), the folder ``artifacts`` beside the file of a SQLite storage (as
+        ``studies/automl.db`` has ``studies/artifacts``), else ``studies/artifacts``.
+        """
+        update: dict[str, object] = {"storage": storage or self.storage}
+        if artifacts_dir is not None:
+            update["artifacts_dir"] = Path(artifacts_dir)
+        elif "artifacts_dir" not in self.model_fields_set:
+            update["artifacts_dir"] = artifacts_beside(storage or self.storage)
+        return self.model_copy(update=update)
+
+    @model_validator(mode="after")
     def _grace_outlasts_heartbeats(self) -> Settings:
         if self.grace_period_s < 2 * self.heartbeat_interval_s:
             raise ValueError(
@@ -97,6 +121,21 @@ class Settings(BaseSettings):
                 "failed as stale when one heartbeat is late"
             )
         return self
+
+
+def artifacts_beside(storage: str) -> Path:
+    """The folder ``artifacts`` beside the file of a SQLite storage URL; for any other URL (a
+    server, an in-memory or malformed one), :data:`DEFAULT_ARTIFACTS_DIR`."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(storage)
+    except ArgumentError:  # opening the storage says what is wrong with it
+        return DEFAULT_ARTIFACTS_DIR
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return DEFAULT_ARTIFACTS_DIR
+    return Path(url.database).parent / "artifacts"
 
 
 @lru_cache

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from automl.errors import SpecError
@@ -41,3 +43,28 @@ def test_knob_bounds_from_the_environment_change_only_the_knobs_they_name(monkey
     bounds = Settings().knob_bounds
     assert bounds["train.lr"] == (0, 1e31)
     assert bounds["arch.kernel_size"] == KNOB_BOUNDS["arch.kernel_size"]  # still bounded
+
+
+def test_the_artifacts_folder_is_the_flag_then_the_environment_then_beside_the_storage(
+    monkeypatch, tmp_path
+):
+    from automl.settings import Settings
+
+    monkeypatch.delenv("AUTOML_ARTIFACTS_DIR", raising=False)
+    monkeypatch.delenv("AUTOML_STORAGE", raising=False)
+    unset = Settings(_env_file=None)
+    assert unset.artifacts_dir == Path("studies/artifacts")  # beside studies/automl.db
+    url = f"sqlite:///{tmp_path}/elsewhere/study.db"
+    assert unset.for_command(url).artifacts_dir == tmp_path / "elsewhere" / "artifacts"
+    assert (
+        Settings(_env_file=None, storage=url).artifacts_dir == tmp_path / "elsewhere" / "artifacts"
+    )
+    assert unset.for_command("sqlite:///my.db").artifacts_dir == Path("artifacts")
+    for server in ("postgresql://automl@db/automl", "sqlite://", "not a url"):
+        assert unset.for_command(server).artifacts_dir == Path("studies/artifacts")
+    flag = tmp_path / "flag"
+    assert unset.for_command(url, flag).artifacts_dir == flag
+    monkeypatch.setenv("AUTOML_ARTIFACTS_DIR", str(tmp_path / "env"))
+    from_env = Settings(_env_file=None)
+    assert from_env.for_command(url).artifacts_dir == tmp_path / "env"
+    assert from_env.for_command(url, flag).artifacts_dir == flag
