@@ -85,7 +85,7 @@ def test_invalid_json_is_400_as_documented(api_client):
 
 
 def test_a_dataset_is_returned_as_given(submit_spec, api_server):
-    x = np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32)
+    x = np.random.default_rng(0).normal(size=(40, 16)).astype(np.float32)
     y = np.arange(40) % 2
     np.savez(api_server.settings.data_root / "ok.npz", x_train=x, y_train=y, x_test=x, y_test=y)
     response = submit_spec(dataset="ok.npz")

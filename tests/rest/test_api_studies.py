@@ -185,7 +185,7 @@ def test_a_file_outside_the_data_root_is_refused_naming_the_setting(submit_spec,
 
 def test_npz_under_the_data_root_is_accepted(submit_spec, api_server):
     data_root = api_server.settings.data_root
-    x, y = np.random.default_rng(0).normal(size=(60, 4)), np.arange(60) % 3
+    x, y = np.random.default_rng(0).normal(size=(60, 16)), np.arange(60) % 3
     np.savez(data_root / "mine.npz", x_train=x[:40], y_train=y[:40], x_test=x[40:], y_test=y[40:])
     response = submit_spec(dataset="mine.npz")
     assert response.status_code == 201, response.text
