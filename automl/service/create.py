@@ -6,6 +6,7 @@ several specs checks them all before :func:`create_checked` creates any.
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
     from automl.search.space import SearchSpace
 
 
+# The suffixes of the files a default study name is made of: spaces, datasets, ONNX models.
+_INPUT_SUFFIXES = (".yaml", ".yml", ".npz", ".onnx")
+
+
 @dataclass(frozen=True)
 class CheckedSpec:
     """A spec that every check of :func:`check_study` passed, with what its study needs."""
@@ -53,6 +58,10 @@ def check_study(
     target = load_target(spec.target)
     space = load_space(spec.search_space)
     spec = with_scenario(spec, space)
+    stored = _stored_spec(storage, spec.name)  # first: a taken name loads no data
+    if stored is not None and not resume:
+        raise optuna.exceptions.DuplicatedStudyError(f"study {spec.name!r} exists")
+    _require_same_spec(stored, spec)
     check_target(space, target)
     baseline = _baseline_params(spec, space)
     serving_max = spec.serving is not None and spec.serving.rate_rps == "max"
@@ -63,12 +72,56 @@ def check_study(
         data = load_dataset(**spec.data_args)
         check_compatible(space, data, target)  # family vs data, methods vs target
         fingerprint = data.fingerprint
-    stored = _stored_spec(storage, spec.name)
-    if stored is not None and not resume:
-        raise optuna.exceptions.DuplicatedStudyError(f"study {spec.name!r} exists")
     if stored is not None:
         _check_resume(storage, stored, spec, fingerprint)
     return CheckedSpec(spec, target.name, (baseline, first), fingerprint)
+
+
+def check_name(spec: StudySpec, storage: BaseStorage) -> None:
+    """Refuse a spec whose name a stored study of another spec has, in a moment: no data,
+    model or heavy library is loaded for it (:func:`check_study` checks it so too).
+
+    Raises:
+        SpecError: The study exists with another spec; the message names the fields that
+            differ and says to choose another name.
+    """
+    stored = _stored_spec(storage, spec.name)
+    _require_same_spec(stored, with_scenario(spec, load_space(spec.search_space)))
+
+
+def named_for_inputs(spec: StudySpec) -> StudySpec:
+    """``spec`` under a default name that tells its inputs apart, where no name was given.
+
+    The name is ``<what>-<data>-<target>``. ``what`` is the trained model, by its module and
+    function (``pkg.mymodel:build`` as ``mymodel.build``) or its ONNX file's stem, else the
+    search space (a file by its stem); ``data`` is the dataset's file stem (``pkg.data:load``
+    as ``data.load``), left out for the built-in ``digits``. A second dataset on one space,
+    or a second model whose function is also ``build``, so gets a study of its own.
+    """
+    if "name" in spec.model_fields_set:
+        return spec
+    model = spec.model
+    if model is None:
+        parts = [_stem(spec.search_space)]
+    else:
+        parts = [_reference(model.factory) if model.factory else _stem(model.weights)]
+    if spec.dataset not in BUILTIN_DATASETS:
+        parts.append(_reference(spec.dataset) if ":" in spec.dataset else _stem(spec.dataset))
+    what = re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts)).strip("_.-") or "study"
+    return spec.model_copy(update={"name": f"{what[:90]}-{spec.target}"})
+
+
+def _stem(path: str) -> str:
+    """The stem of a space, data or ONNX file (``data/my-data.npz``: ``my-data``); a shipped
+    space's name as it is."""
+    file = Path(path)
+    return file.stem if file.suffix.lower() in _INPUT_SUFFIXES else file.name
+
+
+def _reference(plugin: str) -> str:
+    """``package.module:function`` as ``module.function``."""
+    module, _, function = plugin.partition(":")
+    return f"{module.rpartition('.')[2]}.{function}"
 
 
 def create_study(
@@ -136,12 +189,17 @@ def create_checked(
     return study
 
 
+def _require_same_spec(stored: StudySpec | None, spec: StudySpec) -> None:
+    """Refuse ``spec`` where a study of its name is ``stored`` with another spec."""
+    if stored is not None and stored.comparable() != spec.comparable():
+        raise SpecError(_spec_mismatch(spec.name, stored, spec))
+
+
 def _check_resume(
     storage: BaseStorage, stored: StudySpec, spec: StudySpec, fingerprint: str | None
 ) -> None:
     """Refuse to resume a stored study with another spec, old values or other data."""
-    if stored.comparable() != spec.comparable():
-        raise SpecError(_spec_mismatch(spec.name, stored, spec))
+    _require_same_spec(stored, spec)
     study = optuna.load_study(study_name=spec.name, storage=storage)
     _require_raw_values(study, spec)
     if fingerprint is not None:

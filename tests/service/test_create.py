@@ -13,7 +13,7 @@ import pytest
 from automl.errors import DataError, SpecError
 from automl.fleet.study_loop import run_study_loop
 from automl.search.spec import parse_spec
-from automl.service.create import create_study
+from automl.service.create import check_name, create_study, named_for_inputs
 from automl.service.fingerprints import DATA_ATTR
 from automl.storage.factory import open_artifact_store
 
@@ -131,3 +131,31 @@ def test_a_max_rate_study_first_tries_the_settings_of_the_highest_bound(env):
         "serving.max_batch": 32, "serving.instances": 2, "serving.max_queue_delay_ms": 1,
     }  # fmt: skip
     assert other.get_trials() == []  # at a fixed rate, the lowest p99 needs no capacity
+
+
+def test_a_taken_name_is_refused_before_the_data_is_read(env, tmp_path):
+    _, storage, _ = env
+    create_study(_spec(), storage)
+    elsewhere = _spec(dataset=str(tmp_path / "not-here.npz"))  # reading it would fail
+    with pytest.raises(SpecError, match=r"fields \['dataset'\] differ"):
+        check_name(elsewhere, storage)
+    with pytest.raises(SpecError, match=r"fields \['dataset'\] differ"):
+        create_study(elsewhere, storage)
+    check_name(_spec(n_trials=10), storage)  # a new budget resumes it
+
+
+def test_default_names_tell_datasets_and_models_apart():
+    def name(**values):
+        return named_for_inputs(parse_spec(values)).name
+
+    assert name(search_space="digits-mlp") == "digits-mlp-cpu"  # the Quickstart's, on digits
+    assert name(search_space="digits-mlp", dataset="/d/wine.npz") == "digits-mlp-wine-cpu"
+    assert (
+        name(search_space="s/my space.yml", dataset="pkg.tables:wine") == "my-space-tables.wine-cpu"
+    )
+    build = {"factory": "pkg.mymodel:build", "weights": "w.pt"}
+    other = {"factory": "yours:build", "weights": "w.pt"}
+    assert name(model=build, target="a100") == "mymodel.build-a100"
+    assert name(model=other, dataset="x.npz") == "yours.build-x-cpu"
+    assert name(model={"weights": "/m/resnet.v2.onnx"}) == "resnet.v2-cpu"
+    assert name(name="mine", dataset="x.npz") == "mine"  # a given name is kept
