@@ -89,11 +89,13 @@ def optimize(
         timeout_s: Seconds, counted from the study's first trial.
         sampler: ``default``, ``tpe``, ``nsga2``, ``random`` or ``gp``.
         seed: Seed of the data splits, training and sampler.
-        name: The study's name; defaults to ``<search_space>-<target>``.
+        name: The study's name; defaults to ``<search_space>-<target>``, with the dataset's
+            file stem before the target where it is not ``digits``, and for a trained model
+            its module and function (or ONNX file) in place of the space.
         storage: SQLAlchemy URL; defaults to the ``AUTOML_STORAGE`` setting
             (``sqlite:///studies/automl.db``).
-        artifacts_dir: Where models go; defaults to ``AUTOML_ARTIFACTS_DIR``
-            (``studies/artifacts``).
+        artifacts_dir: Where models go; defaults to ``AUTOML_ARTIFACTS_DIR``, else the folder
+            ``artifacts`` beside a SQLite storage's file (``studies/artifacts``).
         progress: Show a progress bar (rich in a terminal, tqdm in a notebook), or one line
             per finished trial on stderr where there is neither.
         remeasure: Measure the front's latency again once the study is done, to decide
@@ -134,10 +136,10 @@ def optimize(
     from automl.storage.factory import open_artifact_store, open_storage
     from automl.study_result import StudyResult
 
-    settings = _settings(artifacts_dir, mlflow_uri)
+    settings = _settings(storage, artifacts_dir, mlflow_uri)
     # Trials write their models there (and a module's weights go there first).
     require_writable(settings.artifacts_dir, "artifacts_dir= (or AUTOML_ARTIFACTS_DIR)")
-    store = open_storage(storage or settings.storage, settings)
+    store = open_storage(settings.storage, settings)
     overrides = {
         "search_space": _text(search_space), "dataset": _dataset(dataset, settings),
         "dataset_name": "dataset" if isinstance(dataset, Mapping) else None,
@@ -171,7 +173,7 @@ def load(
     Args:
         name: The study's name.
         storage: SQLAlchemy URL; defaults to the ``AUTOML_STORAGE`` setting.
-        artifacts_dir: Where its models are; defaults to ``AUTOML_ARTIFACTS_DIR``.
+        artifacts_dir: Where its models are; defaults as :func:`optimize`'s does.
 
     Returns:
         The study, its front, and its exports (``ended`` is None).
@@ -184,23 +186,24 @@ def load(
     from automl.storage.factory import open_artifact_store, open_storage
     from automl.study_result import StudyResult
 
-    settings = _settings(artifacts_dir)
-    store = open_storage(storage or settings.storage, settings, create=False)
+    settings = _settings(storage, artifacts_dir)
+    store = open_storage(settings.storage, settings, create=False)
     study, spec = load_study(name, store)
     return StudyResult(study, spec, store, open_artifact_store(settings, create=False))
 
 
 def _settings(
-    artifacts_dir: str | os.PathLike[str] | None, mlflow_uri: str | None = None
+    storage: str | None,
+    artifacts_dir: str | os.PathLike[str] | None,
+    mlflow_uri: str | None = None,
 ) -> Settings:
     from automl.settings import get_settings
 
-    update: dict[str, Any] = {}
-    if artifacts_dir is not None:
-        update["artifacts_dir"] = Path(artifacts_dir)
-    if mlflow_uri is not None:
-        update["mlflow_uri"] = mlflow_uri
-    return get_settings().model_copy(update=update)
+    folder = Path(artifacts_dir) if artifacts_dir is not None else None
+    settings = get_settings().for_command(storage, folder)
+    if mlflow_uri is None:
+        return settings
+    return settings.model_copy(update={"mlflow_uri": mlflow_uri})
 
 
 def _study_spec(
@@ -208,8 +211,10 @@ def _study_spec(
     given: dict[str, Any],
     storage: BaseStorage,
 ) -> StudySpec:
-    """The spec from ``spec`` and the keywords that were given (see :func:`optimize`)."""
+    """The spec from ``spec`` and the keywords that were given (see :func:`optimize`); a
+    name left out is made of its inputs (see :func:`automl.service.create.named_for_inputs`)."""
     from automl.search.spec import StudySpec, load_spec, parse_spec
+    from automl.service.create import named_for_inputs
     from automl.service.studies import StudyNotFound
     from automl.service.studies import load as load_study
 
@@ -221,12 +226,13 @@ def _study_spec(
         else:
             return parse_spec({**stored.model_dump(mode="json"), **given})
     if spec is None:
-        return parse_spec(given)
+        return named_for_inputs(parse_spec(given))
     if isinstance(spec, StudySpec):  # a derived name follows the fields it derives from
-        return parse_spec({**spec.model_dump(mode="json", exclude_unset=True), **given})
+        values = spec.model_dump(mode="json", exclude_unset=True)
+        return named_for_inputs(parse_spec({**values, **given}))
     if isinstance(spec, Mapping):
-        return parse_spec({**spec, **given})
-    return load_spec(os.fspath(spec), **given)
+        return named_for_inputs(parse_spec({**spec, **given}))
+    return named_for_inputs(load_spec(os.fspath(spec), **given))
 
 
 def _given(overrides: dict[str, Any]) -> dict[str, Any]:

@@ -100,6 +100,19 @@ def test_load_reopens_the_study_with_the_same_front(ran) -> None:
     assert loaded.spec == ran["result"].spec
     assert loaded.ended is None
     assert loaded.best("accuracy") == ran["result"].best("accuracy")
+    # without artifacts_dir, the models are found beside the storage's file (root/artifacts)
+    beside = automl.load("api", storage=ran["storage"])
+    beside.export(loaded.front[0]["number"], ran["root"] / "beside" / "m.onnx")
+    assert (ran["root"] / "beside" / "m.json").is_file()
+
+
+def test_a_default_name_tells_the_dataset_apart() -> None:
+    from automl.python_api import _study_spec
+
+    wine = {"search_space": "digits-mlp", "dataset": "/d/wine.npz"}
+    assert _study_spec(None, wine, storage=None).name == "digits-mlp-wine-cpu"
+    spec = StudySpec(search_space="digits-mlp")  # its derived name follows the dataset given
+    assert _study_spec(spec, {"dataset": "/d/wine.npz"}, storage=None).name == "digits-mlp-wine-cpu"
 
 
 def test_load_names_what_is_missing(ran) -> None:
