@@ -1,5 +1,6 @@
 """A trial as a Triton Inference Server model: the ONNX Runtime backend, with the dynamic
-batching and instances that its serving study found.
+batching and instances that its serving study found, and the session settings it was measured
+with.
 
 :func:`triton_config` writes ``config.pbtxt`` from an export's sidecar; the CLI's
 ``automl study export --format triton`` lays out the repository entry around it:
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from automl.errors import SpecError
+
 # numpy dtype names of ONNX inputs and outputs → Triton's data types.
 _TYPES = {
     "float32": "TYPE_FP32",
@@ -19,9 +22,27 @@ _TYPES = {
 }
 
 
-def model_name(study: str, trial: int) -> str:
-    """A Triton model name for a study's trial: letters, digits, ``_``, ``-`` and ``.``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{study}-trial-{trial}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # whole name: it is a folder of the repository
+# ONNX Runtime's graph optimisation levels as the backend's optimization.graph.level gives them;
+# "all", the backend's default, goes unsaid.
+_GRAPH_LEVELS = {"basic": -1, "extended": 1, "disable": 2}
+
+
+def model_name(given: str | None, study: str) -> str:
+    """The Triton model name: ``given``, else the study's, so that exporting another trial of
+    the study keeps the name that clients call.
+
+    Raises:
+        SpecError: ``given`` is not a name Triton's repository can hold.
+    """
+    if given is None:
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", study)
+    if not _NAME.fullmatch(given):
+        raise SpecError(
+            f"--model-name {given!r}: a Triton model name is letters, digits, '_', '.' and "
+            "'-', starting with a letter or digit (it names the model's folder)"
+        )
+    return given
 
 
 def triton_config(sidecar: dict, name: str, device: str) -> str:
@@ -30,13 +51,16 @@ def triton_config(sidecar: dict, name: str, device: str) -> str:
     The batch axis is Triton's (``max_batch_size``), so ``dims`` leave it out. A trial of a
     serving study brings its batcher (``max_batch``, ``max_queue_delay_ms``) and its instance
     count; any other trial serves at its measured batch size, one instance, the delay at 0.
+    Each instance's ONNX Runtime session gets the threads, the sequential execution and the
+    graph optimisation level that the trial was measured with (see :func:`_session`).
 
     Args:
         sidecar: What :func:`automl.service.exports.export_model` returned.
         name: The model's name in the repository.
         device: ``"cpu"`` or ``"cuda"``: where the instances run.
     """
-    serving = (sidecar.get("serving") or {}).get("settings") or {
+    served = (sidecar.get("serving") or {}).get("settings")
+    serving = served or {
         "max_batch": (sidecar.get("candidate") or {}).get("batch_size") or 1,
         "max_queue_delay_ms": 0,
         "instances": 1,
@@ -51,8 +75,40 @@ def triton_config(sidecar: dict, name: str, device: str) -> str:
         _tensors("output", [sidecar["output"]]),
         f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}",
         f"instance_group [ {{ count: {serving['instances']}, kind: {kind} }} ]",
+        *_session(sidecar.get("env") or {}, served["instances"] if served else None),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _session(env: dict, instances: int | None) -> list[str]:
+    """The backend's session settings as the trial measured: its intra-op threads per
+    instance, one inter-op thread, sequential execution, its graph optimisation level.
+
+    A trial served under load (``instances`` given) split the target's threads between its
+    instances, at least one each, as :func:`automl.pipeline.serving.measure_serving` does; any
+    other trial ran one session on all of them (0: ONNX Runtime's choice, which the backend
+    reads 0 as too).
+    """
+    threads = env.get("intra_op_threads")
+    if threads is None:
+        lines = ["# the trial recorded no thread count: ONNX Runtime's defaults apply"]
+    else:
+        per_instance = threads if instances is None else max(1, threads // instances)
+        lines = [
+            "# as measured; Triton ignores these under --backend-config=onnxruntime,"
+            "enable-global-threadpool=1",
+            _parameter("intra_op_thread_count", per_instance),
+            _parameter("inter_op_thread_count", 1),
+            _parameter("execution_mode", 0),  # sequential: inter-op threads stay unused
+        ]
+    level = _GRAPH_LEVELS.get(env.get("graph_optimization") or "all")
+    if level is not None:
+        lines.append(f"optimization {{ graph {{ level: {level} }} }}")
+    return lines
+
+
+def _parameter(key: str, value: int) -> str:
+    return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
 
 
 def _tensors(kind: str, tensors: list[dict]) -> str:
