@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -14,8 +15,17 @@ from automl.errors import TargetUnavailable
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
+    from automl.settings import Settings
+
 StorageOpt = Annotated[
     str | None, typer.Option("--storage", help="SQLAlchemy URL [env AUTOML_STORAGE].")
+]
+ArtifactsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--artifacts-dir",
+        help="The trials' models [env AUTOML_ARTIFACTS_DIR; else beside a SQLite storage].",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
@@ -53,13 +63,29 @@ def print_json(value: object) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))
 
 
-def require_artifacts_writable() -> None:
+def cli_settings(storage: str | None, artifacts_dir: Path | None) -> Settings:
+    """The settings of a command given ``--storage`` and ``--artifacts-dir`` (see
+    :meth:`automl.settings.Settings.for_command` for where the models are)."""
+    from automl.settings import get_settings
+
+    return get_settings().for_command(storage, artifacts_dir)
+
+
+def require_artifacts_writable(settings: Settings) -> None:
     """Refuse an artifacts folder that trials could not write their models to.
 
     Raises:
         SpecError: The folder cannot be created or written.
     """
-    from automl.settings import get_settings
     from automl.storage.artifacts import require_writable
 
-    require_writable(get_settings().artifacts_dir, "AUTOML_ARTIFACTS_DIR")
+    require_writable(settings.artifacts_dir, "--artifacts-dir (or AUTOML_ARTIFACTS_DIR)")
+
+
+def worker_command(name: str, target: str, storage: str | None, artifacts_dir: Path | None) -> str:
+    """The ``automl worker`` command that runs study ``name`` on a host with ``target``;
+    ``storage`` and ``artifacts_dir`` are the options given, if any."""
+    folder = f" --artifacts-dir {artifacts_dir}" if artifacts_dir is not None else ""
+    return (
+        f"automl worker --target {target} --storage {shown_url(storage)} --studies {name}" + folder
+    )

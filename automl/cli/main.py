@@ -9,8 +9,10 @@ import click
 import typer
 
 from automl.cli.common import (
+    ArtifactsOpt,
     JsonOpt,
     StorageOpt,
+    cli_settings,
     fail,
     open_cli_storage,
     print_json,
@@ -25,6 +27,8 @@ from automl.errors import AutomlError, TargetUnavailable
 from automl.pipeline.ort_packages import require_single_ort
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from optuna.storages import BaseStorage
 
     from automl.fleet.signals import GracefulStop
@@ -131,6 +135,7 @@ def worker(
     ] = None,
     max_trials: Annotated[int | None, typer.Option(help="Run at most N trials.", min=1)] = None,
     wait: Annotated[bool, typer.Option(help="Keep polling when idle instead of exiting.")] = False,
+    artifacts_dir: ArtifactsOpt = None,
 ) -> None:
     """Run trials of the stored studies whose target this machine has.
 
@@ -150,7 +155,7 @@ def worker(
     if target is not None and auto:
         raise fail(AutomlError("give --target T or --auto, not both"))
     try:
-        ran = _work(stop, storage, target, studies, max_trials, wait)
+        ran = _work(stop, storage, artifacts_dir, target, studies, max_trials, wait)
     except Aborted:
         if stop.interrupted:
             raise  # `main` says so, and exits 130
@@ -164,6 +169,7 @@ def worker(
 def _work(
     stop: GracefulStop,
     storage: str | None,
+    artifacts_dir: Path | None,
     target: str | None,
     studies: list[str] | None,
     max_trials: int | None,
@@ -171,16 +177,16 @@ def _work(
 ) -> int:
     """:func:`worker` once its signal handlers are installed; returns the trials it ran."""
     from automl.fleet.scheduler import Scope, work
-    from automl.settings import get_settings
     from automl.storage.factory import cached, open_artifact_store
     from automl.targets import is_present, list_targets, load_target, require_present
 
     try:
+        settings = cli_settings(storage, artifacts_dir)
         if target is not None:
             require_present(load_target(target))
         targets = {target} if target else {t.name for t in list_targets() if is_present(t)}
         store = open_cli_storage(storage)
-        require_artifacts_writable()  # before a trial is taken and fails on it
+        require_artifacts_writable(settings)  # before a trial is taken and fails on it
         names = {n.strip() for item in studies or [] for n in item.split(",") if n.strip()}
         for name in sorted(names):
             _require_servable(name, store, targets)
@@ -189,11 +195,13 @@ def _work(
     err.print(
         f"worker on {shown_url(storage)} serving targets {sorted(targets)}"
         + (f", studies {sorted(names)}" if names else "")
+        + f", models in {str(settings.artifacts_dir)!r}",
+        highlight=False,
     )
     return work(
         cached(store),
-        artifact_store=open_artifact_store(get_settings()),
-        settings=get_settings(),
+        artifact_store=open_artifact_store(settings),
+        settings=settings,
         stop=stop,
         scope=Scope(targets=frozenset(targets), studies=frozenset(names) if names else None),
         max_trials=max_trials,
@@ -231,14 +239,14 @@ def dashboard(
     storage: StorageOpt = None,
     host: Annotated[str, typer.Option(help="Bind address; it has no auth.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8080,
+    artifacts_dir: ArtifactsOpt = None,
 ) -> None:
     """Start optuna-dashboard on the studies (warns off loopback)."""
     from automl.report.dashboard import run_dashboard
-    from automl.settings import get_settings
 
-    settings = get_settings()
+    settings = cli_settings(storage, artifacts_dir)
     console.print(f"optuna-dashboard on http://{host}:{port}/ (Ctrl-C to stop)")
-    run_dashboard(storage or settings.storage, settings.artifacts_dir, host, port)
+    run_dashboard(settings.storage, settings.artifacts_dir, host, port)
 
 
 _add_plugin_commands()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from automl.cli.common import StorageOpt, fail, open_cli_storage
+from automl.cli.common import ArtifactsOpt, StorageOpt, cli_settings, fail, open_cli_storage
 from automl.cli.console import console
 from automl.errors import AutomlError
 
@@ -22,6 +22,7 @@ def delete(
     name: str,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
     storage: StorageOpt = None,
+    artifacts_dir: ArtifactsOpt = None,
 ) -> None:
     """Delete a study, its trials and the models they uploaded. It cannot be undone.
 
@@ -29,7 +30,6 @@ def delete(
     are running is refused: `automl study stop NAME` first, and delete it once they finish.
     """
     from automl.service.delete import delete_study, plan_deletion
-    from automl.settings import get_settings
     from automl.storage.factory import open_artifact_store
 
     try:
@@ -44,7 +44,8 @@ def delete(
         if not yes and not typer.confirm(f"Delete {what}? This cannot be undone"):
             console.print(f"Kept study {name!r}", highlight=False)
             raise typer.Exit(1)
-        done = delete_study(name, store, open_artifact_store(get_settings(), create=False))
+        artifacts = open_artifact_store(cli_settings(storage, artifacts_dir), create=False)
+        done = delete_study(name, store, artifacts)
     except AutomlError as e:
         raise fail(e) from None
     gone = f" ({done.missing} already gone)" if done.missing else ""

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from automl.cli.common import JsonOpt, StorageOpt, fail, open_cli_storage, print_json
+from automl.cli.common import (
+    ArtifactsOpt,
+    JsonOpt,
+    StorageOpt,
+    cli_settings,
+    fail,
+    open_cli_storage,
+    print_json,
+    worker_command,
+)
 from automl.cli.console import console
 from automl.errors import AutomlError
 
@@ -62,7 +71,11 @@ def list_cmd(storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
 
 @_command("show")
 def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> None:
-    """Spec, progress, and failures with their reasons."""
+    """Spec, progress, and failures with their reasons.
+
+    A queued study (no trial running, work left) comes with the worker command that runs it;
+    --json gives it as worker_command (null for the others).
+    """
     from automl.report.tables import study_panel
     from automl.service.studies import get_study
 
@@ -70,10 +83,17 @@ def show(name: str, storage: StorageOpt = None, as_json: JsonOpt = False) -> Non
         info = get_study(name, open_cli_storage(storage, create=False))
     except AutomlError as e:
         raise fail(e) from None
+    target = info.spec["target"]
+    waiting = worker_command(name, target, storage, None) if info.state == "queued" else None
     if as_json:
-        print_json(info.as_dict())
-    else:
-        console.print(study_panel(info))
+        print_json({**info.as_dict(), "worker_command": waiting})
+        return
+    console.print(study_panel(info))
+    if waiting is not None:
+        console.print(
+            f"No worker is running it. A host with {target} runs it with:", highlight=False
+        )
+        console.print(f"  {waiting}", highlight=False, soft_wrap=True)
 
 
 @_command("trials")
@@ -180,39 +200,46 @@ def export(
         ExportFormat,
         typer.Option("--format", help="onnx, or triton: -o is then a model repository."),
     ] = ExportFormat.onnx,
+    model_name: Annotated[
+        str | None,
+        typer.Option(help="--format triton: the model's name for clients; default the study's."),
+    ] = None,
     storage: StorageOpt = None,
+    artifacts_dir: ArtifactsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a trial's ONNX model and its model.json sidecar.
 
     A latency --budget is decided on new runs of the front's models here: a trial within noise
     of it is passed over, and said so. --format triton writes a Triton model repository entry
-    instead: config.pbtxt (ONNX Runtime backend, the batcher and instances found) and 1/model.onnx.
+    instead, named --model-name (default: the study's name, whichever trial it holds):
+    config.pbtxt (ONNX Runtime backend, the batcher and instances found, the session's threads
+    as measured) and 1/model.onnx.
     """
     from automl.service.exports import export_model
-    from automl.service.triton import triton_config
-    from automl.settings import get_settings
+    from automl.service.triton import model_name as triton_name
     from automl.storage.factory import open_artifact_store
     from automl.trials.decide import pick_trial
 
     if (trial is None) == (best is None):
         raise fail(AutomlError("give exactly one of --trial N or --best METRIC"))
+    if model_name is not None and output_format is not ExportFormat.triton:
+        raise fail(AutomlError("--model-name names a Triton model: give it with --format triton"))
     pick = None
     try:
+        triton = triton_name(model_name, name) if output_format is ExportFormat.triton else None
         store = open_cli_storage(storage, create=False)
-        artifacts = open_artifact_store(get_settings(), create=False)
+        artifacts = open_artifact_store(cli_settings(storage, artifacts_dir), create=False)
         if best is not None:
             pick = pick_trial(
                 name, store, best, budget, artifact_store=artifacts, max_seconds=measure_seconds
             )
         number = trial if pick is None else pick.number
-        if output_format is ExportFormat.triton:
-            model, device = _triton_entry(name, store, number, out)
-            out = out / model / "1" / "model.onnx"
+        if triton is not None:
+            out = out / triton / "1" / "model.onnx"
         sidecar = export_model(name, store, artifacts, number, out)
-        if output_format is ExportFormat.triton:
-            config = triton_config(sidecar, model, device)
-            (out.parent.parent / "config.pbtxt").write_text(config)
+        if triton is not None:
+            _write_triton_config(sidecar, triton, name, store, out.parent.parent)
     except AutomlError as e:
         raise fail(e) from None
     if as_json:
@@ -221,19 +248,18 @@ def export(
     for note in pick.notes if pick else ():
         console.print(note, highlight=False)
     console.print(f"Wrote trial {number} to {out} and {out.with_suffix('.json')}")
-    if output_format is ExportFormat.triton:
-        console.print(f"Triton model {model!r}: {out.parent.parent / 'config.pbtxt'}")
+    if triton is not None:
+        console.print(f"Triton model {triton!r}: {out.parent.parent / 'config.pbtxt'}")
 
 
-def _triton_entry(name: str, store: object, number: int, repository: Path) -> tuple[str, str]:
-    """The Triton model name of the trial, and where its study's target runs (cpu or cuda)."""
+def _write_triton_config(sidecar: dict, model: str, study: str, store: object, entry: Path) -> None:
+    """Write ``entry/config.pbtxt`` for the exported trial, on its study's target's device."""
     from automl.service.studies import load
+    from automl.service.triton import triton_config
     from automl.targets import load_target
 
-    _, spec = load(name, store)
-    from automl.service.triton import model_name
-
-    return model_name(name, number), load_target(spec.target).kind
+    device = load_target(load(study, store)[1].target).kind
+    (entry / "config.pbtxt").write_text(triton_config(sidecar, model, device))
 
 
 @_command("compare")
@@ -261,6 +287,7 @@ def report(
     out: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write.")],
     models: Annotated[bool, typer.Option(help="Export the front's models beside it.")] = True,
     storage: StorageOpt = None,
+    artifacts_dir: ArtifactsOpt = None,
 ) -> None:
     """Write a study's HTML report, and its front's models beside it.
 
@@ -269,11 +296,11 @@ def report(
     to (--no-models leaves them out).
     """
     from automl.report.html import write_report
-    from automl.settings import get_settings
     from automl.storage.factory import open_artifact_store
 
     try:
-        store = open_artifact_store(get_settings(), create=False) if models else None
+        settings = cli_settings(storage, artifacts_dir)
+        store = open_artifact_store(settings, create=False) if models else None
         path = write_report(name, open_cli_storage(storage, create=False), out, store)
     except AutomlError as e:
         raise fail(e) from None

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import signal
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from automl.cli.common import (
+    ArtifactsOpt,
     StorageOpt,
+    cli_settings,
     fail,
     open_cli_storage,
     require_artifacts_writable,
-    shown_url,
+    worker_command,
 )
 from automl.cli.console import console
 from automl.errors import AutomlError, SpecError
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
     from automl.search.spec import StudySpec
+    from automl.settings import Settings
 
 study_app = typer.Typer(
     help="Create, run and inspect studies.", no_args_is_help=True, rich_markup_mode=None
@@ -60,6 +64,7 @@ def start(
         typer.Option(help="A serving study's Poisson rate, requests/s or max (serving.rate_rps)."),
     ] = None,
     storage: StorageOpt = None,
+    artifacts_dir: ArtifactsOpt = None,
     jobs: Annotated[int, typer.Option(help="Local worker processes.", min=1)] = 1,
     detach: Annotated[bool, typer.Option(help="Only create the study, for workers.")] = False,
     remeasure_front: Annotated[
@@ -127,10 +132,12 @@ def start(
         specs = specs or _specs_per_target(spec_file, target, overrides)
         specs = [_with_load(spec, load) for spec in specs]
         store = store or open_cli_storage(storage)
+        _check_names(specs, store)  # in a moment: before any data, model or torch loads
         from automl.fleet.preflight import prepare_studies  # after the spec is found valid
 
         if not detach:  # torch and the study loop: only where trials run
-            require_artifacts_writable()  # before any study is created
+            settings = _artifacts_for_trials(storage, artifacts_dir)
+            require_artifacts_writable(settings)  # before any study is created
             from automl.fleet.local import run_here
 
         runnable = prepare_studies(
@@ -142,22 +149,60 @@ def start(
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: see run_here
         console.print("aborted by Ctrl-C before a trial started")
         raise typer.Exit(130) from None
-    url = shown_url(storage)
-    for spec in specs:
-        if detach or spec not in runnable:
-            console.print(f"Study [bold]{spec.name}[/] is queued for a worker on {spec.target}:")
-            console.print(
-                f"  automl worker --target {spec.target} --storage {url} --studies {spec.name}"
-            )
+    queued = [spec for spec in specs if detach or spec not in runnable]
+    _say_queued(queued, storage, artifacts_dir, detach)
     if detach:
         return
-    after = _print_remeasured if remeasure_front else None
+    after = partial(_print_remeasured, settings=settings) if remeasure_front else None
     code = run_here(
         runnable, store, storage_url=storage, jobs=jobs, console=console, after=after,
         verbose=verbose,
     )  # fmt: skip
+    _say_queued(queued, storage, artifacts_dir, detach, again=True)  # the run scrolled it away
     if code:
         raise typer.Exit(code)
+
+
+def _check_names(specs: list[StudySpec], store: BaseStorage) -> None:
+    """Refuse a spec whose study name is taken by another spec, before anything loads."""
+    from automl.service.create import check_name
+
+    for spec in specs:
+        check_name(spec, store)
+
+
+def _artifacts_for_trials(storage: str | None, artifacts_dir: Path | None) -> Settings:
+    """The settings of this run's trials, whose artifacts folder goes into the environment:
+    the study loop and the ``--jobs`` helper processes read their settings from there."""
+    import os
+
+    from automl.settings import get_settings
+
+    settings = cli_settings(storage, artifacts_dir)
+    os.environ["AUTOML_ARTIFACTS_DIR"] = str(settings.artifacts_dir)
+    get_settings.cache_clear()
+    return settings
+
+
+def _say_queued(
+    queued: list[StudySpec],
+    storage: str | None,
+    artifacts_dir: Path | None,
+    detach: bool,
+    *,
+    again: bool = False,
+) -> None:
+    """Name each study left to workers, why, and the command that runs it."""
+    for spec in queued:
+        why = "created for workers" if detach else f"this host cannot measure {spec.target}"
+        still = "still " if again else ""
+        console.print(
+            f"Study {spec.name} is {still}queued ({why}); a worker on a host with {spec.target} "
+            "runs it:",
+            highlight=False,
+        )
+        command = worker_command(spec.name, spec.target, storage, artifacts_dir)
+        console.print(f"  {command}", highlight=False, soft_wrap=True)
 
 
 def _tracking_uri(mlflow_uri: str | None) -> str | None:
@@ -287,13 +332,13 @@ def _stored_spec(store: BaseStorage, overrides: dict) -> list | None:
     return [parse_spec({**spec.model_dump(mode="json"), **budget})]
 
 
-def _print_remeasured(name: str, store: BaseStorage) -> None:
+def _print_remeasured(name: str, store: BaseStorage, *, settings: Settings) -> None:
     from automl.report.tables import remeasured_lines
-    from automl.settings import get_settings
     from automl.storage.factory import open_artifact_store
     from automl.trials.remeasure import remeasure_front
 
-    results = remeasure_front(name, store, open_artifact_store(get_settings()))
+    artifacts = open_artifact_store(settings)
+    results = remeasure_front(name, store, artifacts, settings=settings)
     for number, latency in sorted(results.items()):
         for line in remeasured_lines(number, latency):
             console.print(line, highlight=False)
@@ -306,19 +351,22 @@ def _print_remeasured(name: str, store: BaseStorage) -> None:
 
 
 def _specs_per_target(spec_file: Path | None, targets: str | None, overrides: dict) -> list:
-    """One spec per comma-separated target; several targets suffix the name with the target."""
+    """One spec per comma-separated target. Several targets suffix a given name (``--name``
+    or the spec file's) with the target; a default name names its target already (see
+    :func:`automl.service.create.named_for_inputs`)."""
     from automl.search.spec import load_spec, parse_spec
+    from automl.service.create import named_for_inputs
 
     def one(target: str | None, suffix: bool):
         values = {**overrides, "target": target}
         if suffix and values["name"]:
             values["name"] = f"{values['name']}-{target}"
-        if spec_file is not None:
-            spec = load_spec(spec_file, **values)
-            if suffix and not values["name"]:
-                spec = parse_spec({**spec.model_dump(), "name": f"{spec.name}-{target}"})
-            return spec
-        return parse_spec({k: v for k, v in values.items() if v is not None})
+        if spec_file is None:
+            return named_for_inputs(parse_spec(_given(values)))
+        spec = load_spec(spec_file, **values)
+        if suffix and not values["name"] and "name" in spec.model_fields_set:
+            spec = parse_spec({**spec.model_dump(), "name": f"{spec.name}-{target}"})
+        return named_for_inputs(spec)
 
     names = [t.strip() for t in targets.split(",")] if targets else [None]
     return [one(t, len(names) > 1) for t in names]

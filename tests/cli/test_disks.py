@@ -11,7 +11,10 @@ from disks import FILLER, fill, tmpfs
 
 from automl.trials.objective import DISK_FULL
 
-_READ_ONLY = "cannot be written: Read-only file system; give a writable AUTOML_ARTIFACTS_DIR"
+_READ_ONLY = (
+    "cannot be written: Read-only file system; give a writable --artifacts-dir (or "
+    "AUTOML_ARTIFACTS_DIR)"
+)
 
 
 def test_a_read_only_artifacts_folder_is_refused_before_a_study_is_created(cli):

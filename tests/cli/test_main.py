@@ -118,3 +118,18 @@ def test_a_long_error_is_one_line_and_its_brackets_are_text(cli):
     assert (
         out.stderr.startswith("error: no storage at ") and f"'{path}' does not exist" in out.stderr
     )
+
+
+def test_every_command_on_models_takes_artifacts_dir_and_a_worker_finds_them_by_its_storage(cli):
+    import typer
+
+    from automl.cli import app
+
+    top = typer.main.get_command(app).commands
+    for command in (top["worker"], top["dashboard"], *map(top["study"].commands.get,
+                    ("start", "export", "report", "delete"))):  # fmt: skip
+        assert "--artifacts-dir" in {o for p in command.params for o in p.opts}, command.name
+    del cli.env["AUTOML_ARTIFACTS_DIR"]
+    url = f"sqlite:///{cli.root}/fleet/s.db"
+    beside = cli("worker", "--storage", url)  # no study: it exits at once
+    assert f"models in '{cli.root / 'fleet' / 'artifacts'}'" in beside.stderr, beside.stderr

@@ -88,3 +88,12 @@ def _on_a_terminal(cli, answer: str) -> subprocess.CompletedProcess:
     finally:
         os.close(child)
         os.close(parent)
+
+
+def test_the_artifacts_dir_option_is_where_the_models_are_deleted(cli, study):
+    _, model = study
+    cli.env["AUTOML_ARTIFACTS_DIR"] = str(cli.root / "elsewhere")  # the option comes first
+    folder = str(model.parent)
+    done = cli("study", "delete", "doomed", "--yes", "--artifacts-dir", folder)
+    assert "1 model file(s)" in done.stdout and "already gone" not in done.stdout
+    assert not model.exists()

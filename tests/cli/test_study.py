@@ -20,7 +20,7 @@ def _values(trial: dict) -> tuple[float, float]:
     return trial["values"]["accuracy"], trial["values"]["latency_per_sample_ms"]
 
 
-def test_study_end_to_end_through_the_cli(cli, tmp_path):
+def test_study_end_to_end_through_the_cli(cli, tmp_path, zygote):
     out = cli(
         "study", "start", "--space", "digits-mlp", "--n-trials", "3", "--name", "e2e",
         "--remeasure-front",
@@ -87,6 +87,21 @@ def test_study_end_to_end_through_the_cli(cli, tmp_path):
               "-o", "y.onnx", check=False)  # fmt: skip
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "AUTOML_ARTIFACTS_DIR" in out.stderr and not (tmp_path / "elsewhere").exists()
+    flag = ("--artifacts-dir", str(tmp_path / "artifacts"))  # over the environment's
+    cli("study", "export", "e2e", "--trial", str(best["number"]), "-o", "f.onnx", *flag)
+    # The default layout, studies/automl.db beside studies/artifacts, read from another folder
+    # by the storage's URL alone, as a user copies it
+    (tmp_path / "artifacts").rename(tmp_path / "studies" / "artifacts")
+    plain = {
+        k: v for k, v in cli.env.items() if k not in ("AUTOML_STORAGE", "AUTOML_ARTIFACTS_DIR")
+    }
+    (tmp_path / "other").mkdir()
+    args = ["study", "export", "e2e", "--trial", str(best["number"]), "-o", "b.onnx"]
+    done = zygote.run(
+        [*args, "--storage", cli.storage], cwd=tmp_path / "other", env=plain, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "other" / "b.onnx").is_file()
 
 
 def test_reads_in_an_empty_folder_create_nothing(cli):
@@ -147,6 +162,19 @@ def test_an_npz_dataset_anywhere_is_used_and_a_malformed_one_refused_up_front(cl
     out = cli(*args, str(elsewhere / "half.npz"), "--name", "half", check=False)
     assert out.returncode == 2 and "x_test" in out.stderr
     assert "half" not in cli("study", "list", "--json").stdout
+
+
+def test_default_names_tell_datasets_apart_and_a_taken_name_is_refused_first(cli, digits):
+    arrays = {"x_train": digits.x_train[:300], "y_train": digits.y_train[:300]}
+    np.savez(cli.root / "wine.npz", **arrays, x_test=digits.x_test, y_test=digits.y_test)
+    # a spec file without a name, on two targets: each default name says its target once
+    (cli.root / "gpu.yaml").write_text("search_space: digits-gpu\ndataset: wine.npz\n")
+    cli("study", "start", "gpu.yaml", "--target", "cpu,a100", "--detach")
+    names = ["digits-gpu-wine-a100", "digits-gpu-wine-cpu"]  # the dataset's stem, not digits'
+    assert sorted(optuna.get_all_study_names(cli.storage)) == names
+    taken = ("--name", "digits-gpu-wine-cpu", "--dataset", "gone.npz")  # a file that is not there
+    done = cli("study", "start", "--space", "digits-gpu", *taken, check=False)
+    assert done.returncode == 2 and "fields ['dataset'] differ" in done.stderr, done.stderr
 
 
 def test_bad_input_is_a_clear_error(cli):
@@ -232,9 +260,16 @@ def test_one_spec_on_two_targets_and_compare(cli):
         "m",
         "--no-remeasure-front",
     )
-    assert "automl worker --target a100" in out.stdout
+    worker = f"automl worker --target a100 --storage {cli.storage} --studies m-a100"
+    said = out.stdout.split("Pareto front")  # before the run, and again after it
+    assert "Study m-a100 is queued (this host cannot measure a100)" in said[0]
+    assert worker in said[0] and "Study m-a100 is still queued" in said[-1] and worker in said[-1]
     states = {s["name"]: s["state"] for s in json.loads(cli("study", "list", "--json").stdout)}
     assert states == {"m-cpu": "done", "m-a100": "queued"}
+    shown = cli("study", "show", "m-a100").stdout
+    assert "No worker is running it. A host with a100 runs it with:" in shown and worker in shown
+    assert json.loads(cli("study", "show", "m-a100", "--json").stdout)["worker_command"] == worker
+    assert json.loads(cli("study", "show", "m-cpu", "--json").stdout)["worker_command"] is None
     a100 = json.loads(cli("study", "show", "m-a100", "--json").stdout)["spec"]
     cpu = json.loads(cli("study", "show", "m-cpu", "--json").stdout)["spec"]
     assert {k: v for k, v in a100.items() if k not in ("name", "target")} == {
@@ -357,8 +392,13 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
         "triton", "-o", "repo",
     )  # fmt: skip
     [entry] = (cli.root / "repo").iterdir()
+    assert entry.name == "digits-serving-cpu"  # the study's: clients keep it across exports
     settings = study.trials[best["number"]].user_attrs["serving"]["settings"]
     config = (entry / "config.pbtxt").read_text()
+    threads = study.trials[best["number"]].user_attrs["env"]["intra_op_threads"]
+    per_instance = max(1, threads // settings["instances"])  # as the load runs split them
+    assert f'"intra_op_thread_count" value: {{ string_value: "{per_instance}" }}' in config
+    assert '"inter_op_thread_count" value: { string_value: "1" }' in config
     assert 'backend: "onnxruntime"' in config and "kind: KIND_CPU" in config
     assert f"max_batch_size: {settings['max_batch']}\n" in config
     delay_us = round(settings["max_queue_delay_ms"] * 1000)
@@ -368,6 +408,11 @@ def test_the_serving_space_searches_batching_with_the_model_under_poisson_load(c
     assert ort.InferenceSession(str(entry / "1" / "model.onnx")).get_inputs()[0].name in config
     sidecar = json.loads((entry / "1" / "model.json").read_text())
     assert sidecar["serving"]["settings"] == settings and sidecar["serving"]["max_rate_rps"] > 0
+    cli(
+        "study", "export", "digits-serving-cpu", "--trial", str(best["number"]), "--format",
+        "triton", "--model-name", "digits", "-o", "repo",
+    )  # fmt: skip
+    assert (cli.root / "repo" / "digits" / "config.pbtxt").read_text().startswith('name: "digits"')
     cli("study", "report", "digits-serving-cpu", "-o", "r/report.html")
     page = (cli.root / "r" / "report.html").read_text()
     assert "The front under load" in page and "SLO 200 ms" in page and "max req/s" in page

@@ -33,10 +33,10 @@ def test_a_trained_models_study_shows_its_baseline_in_the_front(trained_cli):
         "study", "start", "--model", "trained_factories:digits_cnn", "--weights", "w.pt",
         "--n-trials", "3", "--no-remeasure-front",
     )  # fmt: skip
-    assert "Pareto front of digits_cnn-cpu" in done.stdout
+    assert "Pareto front of trained_factories.digits_cnn-cpu" in done.stdout
     assert "baseline (unmodified" in done.stdout and "speedup" in done.stdout
     study = optuna.load_study(
-        study_name="digits_cnn-cpu", storage=trained_cli.env["AUTOML_STORAGE"]
+        study_name="trained_factories.digits_cnn-cpu", storage=trained_cli.env["AUTOML_STORAGE"]
     )
     assert study.trials[0].user_attrs["baseline"] is True
 
