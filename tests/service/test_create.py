@@ -88,7 +88,7 @@ def test_racing_creates_of_one_new_study_both_get_it(tmp_path):
 def test_a_resume_on_changed_data_is_refused_and_the_fingerprint_is_kept(env, tmp_path):
     settings, storage, _ = env
     data = tmp_path / "d.npz"
-    x = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+    x = np.random.default_rng(0).normal(size=(60, 16)).astype(np.float32)  # int4 needs 16
     y = np.arange(60) % 3
     np.savez(data, x_train=x, y_train=y, x_test=x[:20], y_test=y[:20])
     spec = _spec(dataset=str(data))
