@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import replace
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from automl.errors import InputRefused, SpecError, host_trouble
+from automl.catalog.methods import pre_process
+from automl.errors import InputRefused, SpecError, UnsupportedQuantization, host_trouble
 from automl.inputs.data import cached_dataset
 from automl.inputs.onnx_model import OnnxModel, open_onnx
 from automl.inputs.trained_model import FactoryUnavailable, TrainedModel, open_trained
@@ -24,35 +26,60 @@ from automl.models import find_output_layer
 from automl.pipeline._ort import feed, input_dtype, input_name, make_session
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import compare_logits, export_onnx
+from automl.pipeline.profile import SourceGraph
+from automl.search.space import load_space
 
 if TYPE_CHECKING:
     import onnxruntime as ort
     from torch import nn
 
     from automl.inputs.data import Dataset
+    from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
 
 logger = logging.getLogger("automl.trials.model_check")
 # A baseline is refused as at chance when chance would reach its accuracy this rarely or more.
 CHANCE_P_VALUE = 1e-3
 # Models that passed in this process, by model spec, file digest and data fingerprint.
-_PASSED: dict[tuple[str, str, str], TrainedModel | OnnxModel] = {}
+_PASSED: dict[tuple[str, str, str], CheckedModel] = {}
+
+
+@dataclass(frozen=True)
+class CheckedModel:
+    """A trained model that passed its checks, and the layers of its fp32 graph (see
+    :func:`count_layers`)."""
+
+    model: TrainedModel | OnnxModel
+    layers: int
+
+    def resolve(self, space: SearchSpace) -> SearchSpace:
+        """``space`` resolved for this model (see :meth:`SearchSpace.for_model`).
+
+        Raises:
+            InputRefused: Every ``keep_fp32`` of the space keeps all of the model's layers.
+        """
+        try:
+            return space.for_model(self.layers)
+        except SpecError as e:  # wrong wherever the study runs
+            raise InputRefused(str(e)) from None
 
 
 def check_study_model(spec: StudySpec) -> None:
-    """Check a trained model's study before it is created (see :func:`check_trained_model`);
-    a study that trains its own models passes."""
+    """Check a trained model's study before it is created (see :func:`check_trained_model`),
+    and its space for the model (see :meth:`CheckedModel.resolve`); a study that trains its own
+    models passes."""
     if spec.model is not None:
-        check_trained_model(spec, cached_dataset(**spec.data_args))
+        checked = check_trained_model(spec, cached_dataset(**spec.data_args))
+        checked.resolve(load_space(spec.search_space))
 
 
-def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel | OnnxModel:
+def check_trained_model(spec: StudySpec, data: Dataset) -> CheckedModel:
     """Load the study's trained model, find its output layer, export it and score it once;
     or prepare its ONNX model (see :meth:`OnnxModel.prepare`) and score that.
 
     Returns:
         The trained model, with its output layer (the one named, or the one found), or the
-        ONNX model.
+        ONNX model; with its layer count.
 
     Raises:
         SpecError: The weights file is missing or unreadable here, or the factory cannot be
@@ -80,7 +107,7 @@ def check_trained_model(spec: StudySpec, data: Dataset) -> TrainedModel | OnnxMo
     return _PASSED[key]
 
 
-def _checked(trained: TrainedModel, spec: StudySpec, data: Dataset) -> TrainedModel:
+def _checked(trained: TrainedModel, spec: StudySpec, data: Dataset) -> CheckedModel:
     given = spec.model
     assert given is not None
     model = trained.build()
@@ -96,11 +123,12 @@ def _checked(trained: TrainedModel, spec: StudySpec, data: Dataset) -> TrainedMo
             f"{[n for n, _ in model.named_children()]}); name the layer that gives the logits "
             "with model.output_layer (--output-layer), or leave it out to have it found"
         ) from None
-    _check_accuracy(_exported_accuracies(model, data, given.label), spec, data, given.label)
-    return trained
+    accuracies, layers = _exported_figures(model, data, given.label)
+    _check_accuracy(accuracies, spec, data, given.label)
+    return CheckedModel(trained, layers)
 
 
-def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> OnnxModel:
+def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> CheckedModel:
     """The ONNX model, once its prepared graph runs on the data at any batch and beats chance.
 
     Raises:
@@ -136,9 +164,9 @@ def _checked_onnx(model: OnnxModel, spec: StudySpec, data: Dataset) -> OnnxModel
                 "its batch axis is not dynamic (e.g. a Reshape to batch 1); export it with a "
                 "dynamic batch axis (torch.onnx.export's dynamic_axes)"
             )
-        accuracies = _accuracies(session, data)
+        accuracies, layers = _accuracies(session, data), count_layers(path)
     _check_accuracy(accuracies, spec, data, name)
-    return model
+    return CheckedModel(model, layers)
 
 
 def _check_accuracy(
@@ -205,9 +233,11 @@ def _found_layer(trained: TrainedModel, model: nn.Module, inputs: torch.Tensor) 
     return found.removeprefix(prefix)
 
 
-def _exported_accuracies(model: nn.Module, data: Dataset, name: str) -> tuple[float, float]:
+def _exported_figures(
+    model: nn.Module, data: Dataset, name: str
+) -> tuple[tuple[float, float], int]:
     """The validation and test accuracies of the model's fp32 ONNX export, as the baseline
-    trial has them."""
+    trial has them, and its layer count (see :func:`count_layers`)."""
     with tempfile.TemporaryDirectory(prefix="automl-check-") as tmp:
         try:
             path = export_onnx(model, data.x_val[:64], Path(tmp) / "model.onnx").path
@@ -218,7 +248,19 @@ def _exported_accuracies(model: nn.Module, data: Dataset, name: str) -> tuple[fl
                 f"model {name!r} cannot be exported to ONNX: {type(e).__name__}: "
                 f"{str(e).splitlines()[0] if str(e) else ''}"
             ) from None
-        return _accuracies(make_session(path, ["CPUExecutionProvider"], 1), data)
+        session = make_session(path, ["CPUExecutionProvider"], 1)
+        return _accuracies(session, data), count_layers(path)
+
+
+def count_layers(path: Path) -> int:
+    """The layers (Conv, Gemm, MatMul) of the fp32 graph at ``path`` as a per-layer method
+    counts them: after ONNX Runtime's pre-processing (see
+    :func:`automl.pipeline.layer_evidence.layer_evidence`)."""
+    with tempfile.TemporaryDirectory(prefix="automl-layers-") as tmp:
+        # A graph that ORT's pre-processing fails on runs no per-layer method: count it as is.
+        with suppress(UnsupportedQuantization):
+            path = pre_process(path, Path(tmp) / "pre.onnx")
+        return len(SourceGraph(path).layers)
 
 
 def _accuracies(session: ort.InferenceSession, data: Dataset) -> tuple[float, float]:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
     from automl.targets import Target
+    from automl.trials.model_check import CheckedModel
     from automl.trials.stage_cache import StageCache
 
 INTERRUPTED = "interrupted: a second stop signal (Ctrl-C or SIGTERM) aborted the trial"
@@ -116,7 +117,8 @@ class StudyObjective:
 
         Raises:
             SpecError: The space or target cannot be loaded, the space's families cannot take
-                the data, or the trained model cannot be loaded and exported.
+                the data, or the trained model cannot be loaded and exported, or every
+                ``keep_fp32`` of the space keeps all of the model's layers (see :attr:`space`).
             DataError: The dataset cannot be loaded.
             TargetUnavailable: This machine cannot measure a method of the space on the
                 target (e.g. int8-trt without TensorRT): the message names the install. Or
@@ -133,7 +135,7 @@ class StudyObjective:
         check_compatible(space, data, target)  # family vs data, methods vs target
         require_present(target, sorted(space_methods(space)))  # and their runtimes here
         require_pinned_gpu(target)  # and this process's GPU is one of the target's
-        _ = self._trained
+        _ = self.space  # the trained model's check, and the space resolved for it
 
     def _check_confined(self) -> None:
         """Refuse a file of a REST submission that now resolves outside its data root (a link
@@ -154,13 +156,29 @@ class StudyObjective:
                 )
 
     @cached_property
-    def _trained(self) -> TrainedModel | OnnxModel | None:
+    def _checked(self) -> CheckedModel | None:
         """The study's trained model, checked once per objective; None when it trains its own."""
         if self.spec.model is None:
             return None
         from automl.trials.model_check import check_trained_model
 
         return check_trained_model(self.spec, cached_dataset(**self.spec.data_args))
+
+    @property
+    def _trained(self) -> TrainedModel | OnnxModel | None:
+        return None if self._checked is None else self._checked.model
+
+    @cached_property
+    def space(self) -> SearchSpace:
+        """The study's space, resolved for its trained model (``keep_fp32`` below its layer
+        count, see :meth:`SearchSpace.for_model`): what its trials, and the variants of its
+        sampler, draw from.
+
+        Raises:
+            InputRefused: Every ``keep_fp32`` of the space keeps all of the model's layers.
+        """
+        space = self._space_and_target[0]
+        return space if self._checked is None else self._checked.resolve(space)
 
     @property
     def model_fingerprint(self) -> str | None:
@@ -188,7 +206,7 @@ class StudyObjective:
         from automl.trials.confirm import confirm_latency
         from automl.trials.trial import run_trial
 
-        space, target = self._space_and_target
+        space, target = self.space, self._space_and_target[1]
         logger.info("study %s: trial %d started by %s", self.spec.name, trial.number, worker_name())
         candidate = space.suggest(trial)
         _set_attrs(trial, {"candidate": candidate.as_dict()})

@@ -1,4 +1,5 @@
-"""The objective on a real full disk: the trial fails in one line, and its worker stops."""
+"""The objective on a real full disk: the trial fails in one line, and its worker stops; and
+the space it draws from for a trained model."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import optuna
 import pytest
 from disks import fill, tmpfs
 
-from automl.errors import DiskFull
+from automl.errors import DiskFull, InputRefused
 from automl.records import FAIL_REASON
 from automl.search.spec import parse_spec
 from automl.service.create import create_study
@@ -21,6 +22,11 @@ params:
   arch.depth: {type: fixed, value: 1}
   batch_size: {type: fixed, value: 1}
   train.epochs: {type: fixed, value: 1}
+"""
+_MIXED = """name: mixed
+params:
+  method: {type: categorical, choices: [fp32, int8-mixed]}
+  keep_fp32: {type: int, low: %d, high: 4, when: {method: [int8-mixed]}}
 """
 
 
@@ -41,3 +47,20 @@ def test_a_full_temporary_folder_fails_the_trial_in_one_line_and_stops_the_worke
     assert trial.state == optuna.trial.TrialState.FAIL
     assert trial.user_attrs[FAIL_REASON] == f"DiskFull: {DISK_FULL}"
     assert isinstance(objective.unavailable, DiskFull)  # the study loop raises it: no next trial
+
+
+def test_a_trained_models_trials_draw_keep_fp32_below_its_layer_count(
+    env, tmp_path, exported_models
+):
+    _settings, _storage, artifact_store = env
+    model = {"weights": str(exported_models["mlp"])}  # two layers: Gemm, Gemm
+    space = tmp_path / "space.yaml"
+    space.write_text(_MIXED % 1)
+    spec = parse_spec({"name": "mixed", "model": model, "search_space": str(space)})
+    objective = StudyObjective(spec, artifact_store)
+    objective.check_inputs()
+    assert objective.space.params["keep_fp32"].high == 1  # 2 would keep both: the fp32 graph
+    # A detached study's worker refuses a space whose every count keeps both.
+    space.write_text(_MIXED % 2)
+    with pytest.raises(InputRefused, match=r"keep_fp32 \[2, 3, 4\] keeps all 2 layers"):
+        StudyObjective(spec, artifact_store).check_inputs()
