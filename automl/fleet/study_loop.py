@@ -22,7 +22,6 @@ from automl.inputs.data import cached_dataset
 from automl.records import CONVERGED_ATTR, DATA_ROOT_ATTR, MODEL_METRICS, STOP_ATTR
 from automl.search.budget import fail_cap, forgiven_failures, out_of_time
 from automl.search.samplers import ScaledValuesSampler, make_sampler
-from automl.search.space import load_space
 from automl.search.spec import MAX_SEED
 from automl.search.variants import VariantSampler
 from automl.service.fingerprints import check_fingerprint
@@ -95,19 +94,6 @@ def run_study_loop(
     """
     _quiet_known_failures()
     existing, spec = load(name, storage)
-    # A resumed study must not replay the draws of its first run: shift the seed by history.
-    offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
-    seed = (spec.seed + offset) % (MAX_SEED + 1)
-    sampler = make_sampler(spec.sampler, seed)
-    logger.info("study %s: sampler %s, seed %d", name, spec.sampler, seed)
-    if spec.trials_per_model > 1:
-        space = load_space(spec.search_space)
-        stuck = [i for i, c in enumerate(spec.constraints) if c.metric in MODEL_METRICS]
-        sampler = VariantSampler(
-            sampler, space, spec.trials_per_model, spec.variant_startup_trials, seed, stuck
-        )
-    sampler = ScaledValuesSampler(sampler, spec.objectives)
-    study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
     objective = StudyObjective(
         spec, artifact_store, threads, cache=stage_cache(settings),
         data_root=existing.user_attrs.get(DATA_ROOT_ATTR),
@@ -115,6 +101,19 @@ def run_study_loop(
     if stop is not None:
         objective.aborted = lambda: stop.aborted
     _check_inputs(existing, spec, objective)
+    # A resumed study must not replay the draws of its first run: shift the seed by history.
+    offset = sampler_offset + 1009 * len(existing.get_trials(deepcopy=False))
+    seed = (spec.seed + offset) % (MAX_SEED + 1)
+    sampler = make_sampler(spec.sampler, seed)
+    logger.info("study %s: sampler %s, seed %d", name, spec.sampler, seed)
+    if spec.trials_per_model > 1:
+        stuck = [i for i, c in enumerate(spec.constraints) if c.metric in MODEL_METRICS]
+        sampler = VariantSampler(  # the objective's space: variants obey the model's caps
+            sampler, objective.space, spec.trials_per_model, spec.variant_startup_trials, seed,
+            stuck,
+        )  # fmt: skip
+    sampler = ScaledValuesSampler(sampler, spec.objectives)
+    study = optuna.load_study(study_name=name, storage=cached(storage), sampler=sampler)
     callbacks = tracker(settings.mlflow_uri, spec)
     ran, outage_s, waiting = 0, 0.0, False
     while True:
