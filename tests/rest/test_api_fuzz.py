@@ -15,6 +15,9 @@ from automl.service.create import create_study
 pytest_plugins = ["api_fixtures"]
 
 pytest.importorskip("schemathesis")
+# On PostgreSQL, the store of a fleet, whose column types (integers, string lengths) refuse more
+# of what the fuzzer sends than SQLite does; the other REST modules run on both.
+pytestmark = pytest.mark.parametrize("api_storage_url", ["postgresql"], indirect=True)
 
 
 def test_schemathesis_finds_no_server_errors_or_schema_violations(

@@ -18,6 +18,9 @@ from api import create_app
 from automl.storage.factory import open_storage
 
 pytest_plugins = ["api_fixtures"]
+# What is checked here is the model check and its policy, not the storage: SQLite only (every
+# model check is a child process that imports torch). The other REST modules run on both.
+pytestmark = pytest.mark.parametrize("api_storage_url", ["sqlite"], indirect=True)
 FACTORY = "trained_factories:digits_cnn"
 
 
