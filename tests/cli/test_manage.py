@@ -69,7 +69,8 @@ def test_on_a_terminal_it_asks_and_a_no_keeps_the_study(cli, study):
 
 def test_a_study_with_running_trials_is_refused_with_how_to_stop_it(cli, study):
     running, _ = study
-    running.ask()
+    running.ask()  # its one heartbeat must not go stale while a busy host starts the command
+    cli.env["AUTOML_GRACE_PERIOD_S"] = "600"
     done = cli("study", "delete", "doomed", "--yes", check=False)
     assert done.returncode == 2
     assert "running trial(s) (1); stop it first with `automl study stop doomed`" in done.stderr
