@@ -10,7 +10,7 @@ import optuna
 
 from automl.records import BUILT, constraint_attrs
 from automl.search.front_gain import predicted_gains
-from automl.search.space import SEARCH_SPACES_DIR, load_space
+from automl.search.space import SEARCH_SPACES_DIR, SearchSpace, load_space
 from automl.search.variants import MIN_GAIN, SAME_MODEL_AS, VARIANT_OF, VariantSampler
 
 MODEL = ("arch.width", "arch.depth", "pruning_ratio")
@@ -152,16 +152,23 @@ def test_variants_never_repeat_a_deployment_of_their_model():
     assert all(len(set(d)) == len(d) for d in by_model.values())
 
 
-def test_a_model_with_every_deployment_tried_gets_no_more_variants(tmp_path):
-    path = tmp_path / "small.yaml"
+def _random_study_of_mlps(tmp_path, params: str) -> tuple[SearchSpace, optuna.Study]:
+    """A space of MLPs with ``params`` (YAML lines) and batch 1 or 8, and a study of it whose
+    VariantSampler (4 trials per model, no startup) draws the rest at random."""
+    path = tmp_path / "mlps.yaml"
     path.write_text(
-        "name: small\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
-        "  arch.width: {type: categorical, choices: [16, 32, 48]}\n"
-        "  batch_size: {type: categorical, choices: [1, 8]}\n"
+        "name: mlps\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
+        f"{params}  batch_size: {{type: categorical, choices: [1, 8]}}\n"
     )
     space = load_space(str(path))
     sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 4, 0)
-    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    return space, optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+
+
+def test_a_model_with_every_deployment_tried_gets_no_more_variants(tmp_path):
+    space, study = _random_study_of_mlps(
+        tmp_path, "  arch.width: {type: categorical, choices: [16, 32, 48]}\n"
+    )
 
     def objective(trial):
         candidate = space.suggest(trial)
@@ -309,16 +316,11 @@ def test_a_variant_must_beat_what_a_new_model_is_predicted_to_add():
 
 
 def test_two_params_that_build_one_model_count_as_one_model(tmp_path):
-    path = tmp_path / "twins.yaml"
-    path.write_text(
-        "name: twins\nparams:\n  arch.family: {type: fixed, value: mlp}\n"
+    space, study = _random_study_of_mlps(
+        tmp_path,
         "  arch.width: {type: categorical, choices: [8, 16]}\n"
-        "  pruning_ratio: {type: categorical, choices: [0.0, 0.2, 0.3]}\n"
-        "  batch_size: {type: categorical, choices: [1, 8]}\n"
+        "  pruning_ratio: {type: categorical, choices: [0.0, 0.2, 0.3]}\n",
     )
-    space = load_space(str(path))
-    sampler = VariantSampler(optuna.samplers.RandomSampler(seed=0), space, 4, 0)
-    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
 
     def objective(trial):
         candidate = space.suggest(trial)
