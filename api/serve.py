@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -34,12 +35,19 @@ def serve_command(
     storage: Annotated[
         str | None, typer.Option("--storage", help="SQLAlchemy URL [env AUTOML_STORAGE].")
     ] = None,
+    artifacts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--artifacts-dir",
+            help="The trials' models [env AUTOML_ARTIFACTS_DIR; else beside a SQLite storage].",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     workers: Annotated[int, typer.Option(help="Local trial worker processes.", min=0)] = 1,
 ) -> None:
     """Serve the REST API (OpenAPI at /docs) and local trial workers."""
-    serve(host=host, port=port, workers=workers, storage_url=storage)
+    serve(host=host, port=port, workers=workers, storage_url=storage, artifacts_dir=artifacts_dir)
 
 
 def serve(
@@ -47,6 +55,7 @@ def serve(
     port: int = 8000,
     workers: int = 1,
     storage_url: str | None = None,
+    artifacts_dir: Path | None = None,
     *,
     settings: Settings | None = None,
 ) -> None:
@@ -61,6 +70,8 @@ def serve(
         port: TCP port.
         workers: Local worker processes (0 for an API-only node).
         storage_url: SQLAlchemy URL of the study storage; defaults to ``settings.storage``.
+        artifacts_dir: The trials' models; defaults as
+            :meth:`automl.settings.Settings.for_command` says (beside a SQLite storage).
         settings: Defaults to :func:`automl.settings.get_settings` (the environment).
 
     Raises:
@@ -79,15 +90,15 @@ def serve(
     from automl.targets.gpus import list_gpus, worker_environment
     from automl.targets.presence import serves_any
 
-    settings = settings or get_settings()
+    settings = (settings or get_settings()).for_command(storage_url, artifacts_dir)
     if not configured_tokens(settings) and not is_loopback(host):
         raise SpecError(
             f"refusing to serve on {host!r} without an API token: set AUTOML_API_TOKENS "
             "or AUTOML_API_TOKEN_FILE (dev mode is for 127.0.0.1 only)"
         )
     if workers:  # before the storage is created, as `automl study start` does
-        require_writable(settings.artifacts_dir, "AUTOML_ARTIFACTS_DIR")
-    url = storage_url or settings.storage
+        require_writable(settings.artifacts_dir, "--artifacts-dir (or AUTOML_ARTIFACTS_DIR)")
+    url = settings.storage
     app = create_app(settings, storage=open_storage(url, settings))
     gpus = list_gpus() if workers else []
     accepts = serves_any(list_targets())  # a GPU that is no target's model measures nothing

@@ -7,12 +7,16 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 from disks import tmpfs
 
 from api import create_app
-from api.serve import LocalWorkers
+from api.serve import LocalWorkers, serve
+from automl.errors import SpecError
+from automl.settings import Settings
 from automl.storage.factory import open_storage
 
 pytest_plugins = ["api_fixtures"]
@@ -107,6 +111,37 @@ def test_serve_refuses_a_read_only_artifacts_folder_before_it_starts(cli, zygote
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert " ".join(out.stderr.split()) == (
         f"error: artifacts folder '{folder}' cannot be written: Read-only file system; give a "
-        "writable AUTOML_ARTIFACTS_DIR"
+        "writable --artifacts-dir (or AUTOML_ARTIFACTS_DIR)"
     )
     assert not (cli.root / "studies").exists()  # no storage was created for it
+
+
+def _files_where_artifacts_go(root: Path, *folders: str) -> str:
+    """A file where each folder's ``artifacts`` would be, and the refusal that names one."""
+    for folder in folders:
+        (root / folder).mkdir()
+        (root / folder / "artifacts").write_text("")
+    return (
+        "artifacts folder '{}' cannot be written: it is a file, not a folder; give a writable "
+        "--artifacts-dir (or AUTOML_ARTIFACTS_DIR)"
+    )
+
+
+def test_serve_finds_the_artifacts_beside_the_storage_it_is_given(tmp_path, monkeypatch):
+    refusal = _files_where_artifacts_go(tmp_path, "env", "given")
+    monkeypatch.delenv("AUTOML_ARTIFACTS_DIR", raising=False)
+    settings = Settings(storage=f"sqlite:///{tmp_path}/env/s.db", dev_mode=True)
+    with pytest.raises(SpecError) as refused:  # before a server or worker starts
+        serve(port=0, storage_url=f"sqlite:///{tmp_path}/given/s.db", settings=settings)
+    assert str(refused.value) == refusal.format(tmp_path / "given" / "artifacts")
+
+
+def test_serve_takes_artifacts_dir_over_the_environment(cli, zygote):
+    refusal = _files_where_artifacts_go(cli.root, "flag")
+    folder = cli.root / "flag" / "artifacts"
+    env = {**cli.env, "AUTOML_DEV_MODE": "true"}
+    out = zygote.run(
+        ["serve", "--port", "0", "--artifacts-dir", str(folder)], cwd=cli.root, env=env, timeout=30
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert " ".join(out.stderr.split()) == "error: " + refusal.format(folder)
