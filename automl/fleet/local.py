@@ -33,6 +33,7 @@ from automl.trials.objective import INTERRUPTED
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from multiprocessing.process import BaseProcess
+    from pathlib import Path
 
     from optuna.storages import BaseStorage
     from rich.console import Console
@@ -60,6 +61,7 @@ def run_here(
     console: Console,
     after: Callable[[str, BaseStorage], None] | None = None,
     verbose: bool = False,
+    artifacts_dir: Path | None = None,
 ) -> int:
     """Run the studies of ``specs`` here in turn, as ``automl study start`` does.
 
@@ -76,6 +78,8 @@ def run_here(
         after: Called with the name of each study that ran to its end.
         verbose: Keep Optuna's own INFO lines (each trial's params); by default the progress
             line, or one line per finished trial where there is no terminal, tells the story.
+        artifacts_dir: The ``--artifacts-dir`` given on the command line, if any: the resume
+            commands repeat it.
 
     Returns:
         The exit code: 130 after Ctrl-C (one press or two), 1 when a study ended on too many
@@ -93,7 +97,10 @@ def run_here(
     pin_this_process(environments[0])  # no trial has run here yet, so CUDA has not read it
     code = 0
     for index, spec in enumerate(specs):
-        resume = [resume_command(s.name, storage_url, jobs) for s in specs[index:]]
+        resume = [
+            resume_command(s.name, storage_url, jobs, artifacts_dir=artifacts_dir)
+            for s in specs[index:]
+        ]
         try:
             ended = run_local(
                 spec.name, storage, storage_url=storage_url, environments=environments,
@@ -128,14 +135,21 @@ def run_here(
 
 
 def resume_command(
-    name: str, storage_url: str | None, jobs: int = 1, *, detach: bool = False
+    name: str,
+    storage_url: str | None,
+    jobs: int = 1,
+    *,
+    detach: bool = False,
+    artifacts_dir: Path | None = None,
 ) -> str:
-    """The command that resumes study ``name`` (``detach``: for workers elsewhere); a storage
-    password is shown as ***."""
+    """The command that resumes study ``name`` (``detach``: for workers elsewhere), with the
+    ``--storage`` and ``--artifacts-dir`` that were given; a storage password is shown as ***."""
     command = f"automl study start --name {shlex.quote(name)}"
     if storage_url is not None:
         shown = make_url(storage_url).render_as_string(hide_password=True)
         command += f" --storage {shlex.quote(shown)}"
+    if artifacts_dir is not None:
+        command += f" --artifacts-dir {shlex.quote(str(artifacts_dir))}"
     return command + (f" --jobs {jobs}" if jobs > 1 else "") + (" --detach" if detach else "")
 
 

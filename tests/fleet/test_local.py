@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import optuna
 import pytest
 from rich.console import Console
 
 from automl.errors import TargetUnavailable
-from automl.fleet.local import UNAVAILABLE, run_local
+from automl.fleet.local import UNAVAILABLE, resume_command, run_local
 from automl.search.spec import parse_spec
 from automl.service.create import create_study
 from automl.settings import get_settings
@@ -43,3 +44,14 @@ def test_job_0_that_cannot_measure_leaves_the_study_to_the_other_jobs(tmp_path, 
     out = console.file.getvalue()
     assert "error: job 0: target 'cpu': its device is gone from this process" in out
     assert "run by the other jobs" in out
+
+
+def test_the_resume_command_repeats_the_storage_and_the_artifacts_folder_given():
+    given = resume_command(
+        "s", "postgresql://u:pw@db/automl", 2, artifacts_dir=Path("/srv/my models")
+    )
+    assert given == (
+        "automl study start --name s --storage 'postgresql://u:***@db/automl' "
+        "--artifacts-dir '/srv/my models' --jobs 2"
+    )
+    assert resume_command("s", None, detach=True) == "automl study start --name s --detach"
