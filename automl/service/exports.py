@@ -55,8 +55,8 @@ def missing_model(
     folder = getattr(artifact_store, "_base_path", "the artifact store")
     return (
         f"the model of trial {number} of study {name!r} (artifact {artifact_id}) is not in "
-        f"{str(folder)!r}: the study wrote it to another folder, or it was removed. Set "
-        "AUTOML_ARTIFACTS_DIR to the folder the study ran with"
+        f"{str(folder)!r}: the study wrote it to another folder, or it was removed. Give "
+        "--artifacts-dir (or set AUTOML_ARTIFACTS_DIR) to the folder the study ran with"
     )
 
 

@@ -13,6 +13,7 @@ import onnxruntime as ort
 import optuna
 import pytest
 from conftest import run_cli_study
+from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -20,7 +21,13 @@ from sklearn.model_selection import train_test_split
 from automl.errors import SpecError
 from automl.inputs.data import DESCRIPTION_ATTR, Dataset, describe_dataset
 from automl.records import RECORDED_METRICS
-from automl.service.exports import METADATA_FIELDS, METADATA_PREFIX, export_model, open_export
+from automl.service.exports import (
+    METADATA_FIELDS,
+    METADATA_PREFIX,
+    export_model,
+    missing_model,
+    open_export,
+)
 from automl.service.read import pareto_front
 from automl.trials.decide import pick_trial
 
@@ -54,6 +61,15 @@ def exported(study_run: dict) -> list[tuple[optuna.trial.FrozenTrial, Path, dict
         sidecar = export_model(NAME, study_run["storage"], study_run["store"], trial.number, path)
         out.append((trial, path, sidecar))
     return out
+
+
+def test_a_missing_model_names_the_option_and_the_variable_that_give_its_folder(tmp_path):
+    said = missing_model("s", 3, "abc", FileSystemArtifactStore(str(tmp_path)))
+    assert said == (
+        f"the model of trial 3 of study 's' (artifact abc) is not in {str(tmp_path)!r}: the "
+        "study wrote it to another folder, or it was removed. Give --artifacts-dir (or set "
+        "AUTOML_ARTIFACTS_DIR) to the folder the study ran with"
+    )
 
 
 def test_every_precision_ran(study_run: dict) -> None:
