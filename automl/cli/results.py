@@ -189,7 +189,13 @@ def export(
     name: str,
     out: Annotated[Path, typer.Option("-o", "--output", help="Where to write the .onnx.")],
     trial: Annotated[int | None, typer.Option(help="Trial number.")] = None,
-    best: Annotated[str | None, typer.Option(help="Best Pareto trial on this metric.")] = None,
+    best: Annotated[
+        str | None,
+        typer.Option(
+            help="Best Pareto trial on this metric (speedup includes batching; "
+            "speedup_same_batch is the model's own)."
+        ),
+    ] = None,
     budget: Annotated[
         str | None, typer.Option(help="With --best, e.g. 'latency_p99_ms <= 2'.")
     ] = None,

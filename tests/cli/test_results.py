@@ -6,9 +6,11 @@ import json
 
 import optuna
 import pytest
+import typer
 from rich.console import Console
 
 from api.schemas import TrialOut
+from automl.cli.main import app
 from automl.cli.results import trials_table
 from automl.search.spec import parse_spec
 from automl.service.create import create_study
@@ -72,3 +74,12 @@ def test_the_trials_table_fits_80_columns(storage):
     table = [line for line in lines if line.startswith(("┃", "│"))]
     assert all(line.endswith(("┃", "│")) for line in table)  # nothing cut at the right edge
     assert " ".join(table).count("ONNX") == 1  # the reason is wrapped, not cut
+
+
+def test_export_best_says_which_speedup_it_ranks_on():
+    export = typer.main.get_command(app).commands["study"].commands["export"]
+    (best,) = [p for p in export.params if p.name == "best"]
+    assert best.help == (
+        "Best Pareto trial on this metric (speedup includes batching; speedup_same_batch is "
+        "the model's own)."
+    )
