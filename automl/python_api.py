@@ -336,7 +336,7 @@ def _run(name: str, storage: BaseStorage, settings: Settings, bar_kind: BarKind)
     from automl.storage.factory import open_artifact_store
 
     study, spec = load_study(name, storage)
-    bar = open_bar(bar_kind, name, spec.n_trials, _status(study)[0])
+    bar = open_bar(bar_kind, name, spec.n_trials, _status(study, spec.objectives)[0])
     # Signal handlers can only be installed from the main thread; elsewhere Ctrl-C aborts.
     stop = GracefulStop() if threading.current_thread() is threading.main_thread() else None
     try:
@@ -344,9 +344,9 @@ def _run(name: str, storage: BaseStorage, settings: Settings, bar_kind: BarKind)
             stop.install()
         result = run_study_loop(
             name, storage, artifact_store=open_artifact_store(settings), settings=settings,
-            stop=stop, on_trial_end=lambda _: bar.update(*_status(study)),
+            stop=stop, on_trial_end=lambda _: bar.update(*_status(study, spec.objectives)),
         )  # fmt: skip
-        bar.update(*_status(study))
+        bar.update(*_status(study, spec.objectives))
     finally:
         if stop is not None:
             stop.uninstall()
@@ -368,14 +368,17 @@ def _optuna_logs_quiet(quiet: bool) -> Iterator[None]:
         optuna.logging.set_verbosity(verbosity)
 
 
-def _status(study: Any) -> tuple[int, str]:
-    """COMPLETE trials, and the bar's status: failures and the front's best accuracy."""
+def _status(study: Any, objectives: Sequence[Objective]) -> tuple[int, str]:
+    """COMPLETE trials, and the bar's status: failures and the front's best accuracy, the front
+    as ``automl study pareto`` shows it (Optuna's, less its ties within noise)."""
+    from automl.service.read import shown_front
     from automl.service.studies import state_counts
 
     counts, _ = state_counts(study._storage, study._study_id)
     text = f"failed {counts['FAIL']}"
     if counts["COMPLETE"]:
-        front = study.best_trials
+        shown = shown_front(optunas := study.best_trials, objectives)
+        front = [t for t in optunas if t.number in shown]
         best = max((t.user_attrs.get("accuracy", 0.0) for t in front), default=None)
         text += f"  front {len(front)}" + (f"  best acc {best:.3f}" if best is not None else "")
     return counts["COMPLETE"], text

@@ -18,7 +18,8 @@ from disks import tmpfs
 import automl
 from automl.errors import DataError, SpecError, StorageUnavailable
 from automl.inputs import synthetic
-from automl.python_api import save_arrays
+from automl.python_api import _status, save_arrays
+from automl.search.objectives import Objective
 from automl.search.spec import StudySpec
 from automl.service.studies import StudyNotFound
 from automl.study_result import StudyResult
@@ -297,3 +298,15 @@ def test_optimize_logs_one_line_per_trial_and_keeps_optuna_quiet(tmp_path, capfd
     assert "[I " not in err  # Optuna's INFO lines repeat each trial's params
     lines = [line for line in err.splitlines() if line.startswith("quiet: ")]
     assert [line.split()[1] for line in lines] == ["1/2", "2/2"], err
+
+
+def test_the_bar_counts_the_front_as_study_pareto_shows_it_a_tie_within_noise_left_out(tmp_path):
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path}/s.db", directions=["maximize", "minimize"]
+    )
+    for accuracy, latency in ((1.00, 0.02290), (0.95, 0.02289)):  # within 5 %: one latency
+        attrs = {"accuracy": accuracy, "latency": {"ci_rel": 0.05}}
+        study.add_trial(optuna.trial.create_trial(values=[accuracy, latency], user_attrs=attrs))
+    objectives = [Objective(metric="accuracy"), Objective(metric="latency_per_sample_ms")]
+    assert len(study.best_trials) == 2  # Optuna's front keeps the tie
+    assert _status(study, objectives) == (2, "failed 0  front 1  best acc 1.000")

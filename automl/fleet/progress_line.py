@@ -14,6 +14,8 @@ import optuna
 from automl.fleet.study_loop import storage_unreachable
 from automl.records import BASELINE_COLUMNS, FRONT_COLUMNS, SERVING_COLUMNS, Column
 from automl.search.budget import seconds_per_complete
+from automl.search.objectives import Objective
+from automl.service.read import shown_front
 from automl.service.studies import state_counts
 
 if TYPE_CHECKING:
@@ -39,12 +41,18 @@ class Status:
     logged: set[int] = field(default_factory=set)  # trials whose end is in the log already
     objectives: list[Column] = field(default_factory=list)  # the metrics searched, in order
     signs: list[int] = field(default_factory=list)  # 1 where an objective is maximised, else -1
+    searched: list[Objective] = field(default_factory=list)  # what decides the shown front
 
     def __post_init__(self) -> None:
         self.logged = {t.number for t in self.study.get_trials(deepcopy=False, states=_ENDED)}
         # An automl study names its objectives' metrics when it is created.
-        self.objectives = [_COLUMNS.get(m, Column(m, m, "{:.4g}")) for m in self.study.metric_names]
-        self.signs = [1 if d.name == "MAXIMIZE" else -1 for d in self.study.directions]
+        metrics, directions = self.study.metric_names, self.study.directions
+        self.objectives = [_COLUMNS.get(m, Column(m, m, "{:.4g}")) for m in metrics]
+        self.signs = [1 if d.name == "MAXIMIZE" else -1 for d in directions]
+        self.searched = [
+            Objective(metric=m, direction=d.name.lower())
+            for m, d in zip(metrics, directions, strict=True)
+        ]
 
     def refresh(self) -> list[str]:
         """Count the trials; read the front and the time per COMPLETE trial again when one has
@@ -86,8 +94,11 @@ class Status:
         return f"running {c['RUNNING']}  failed {c['FAIL']}  eta {self._eta()}  {self.front}"
 
     def _read_front(self) -> None:
+        """The front as ``automl study pareto`` shows it: Optuna's, less its ties within noise."""
         self.per_complete_s = seconds_per_complete(self.study.get_trials(deepcopy=False))
-        front = self.study.best_trials
+        optunas = self.study.best_trials
+        shown = shown_front(optunas, self.searched)
+        front = [t for t in optunas if t.number in shown]
         self.front = f"front {len(front)}"
         if front:  # the best in the first objective, ties going to the next ones
             best = max(

@@ -90,3 +90,13 @@ def test_a_trained_model_s_lines_give_its_accuracy_drop_and_speedup(tmp_path):
     # The front's best in the first objective, the tie broken by the second.
     assert "best acc drop +0.0000 @ 1.80× speedup" in lines[2]
     assert "ms/sample" not in " ".join(lines)
+
+
+def test_the_front_counts_as_study_pareto_shows_it_a_tie_within_noise_left_out(tmp_path):
+    study = _study(tmp_path, _ACCURACY_LATENCY)
+    status = Status(study, n_trials=2)
+    noisy = {"latency": {"ci_rel": 0.05}}  # 5 %: 0.02289 and 0.02290 ms are one latency
+    study.add_trial(optuna.trial.create_trial(values=[1.00, 0.02290], user_attrs=noisy))
+    study.add_trial(optuna.trial.create_trial(values=[0.95, 0.02289], user_attrs=noisy))
+    assert len(study.best_trials) == 2  # Optuna's front keeps the tie
+    assert "front 1  best val acc 1.0000 @ 0.0229 ms/sample" in status.refresh()[-1]
