@@ -274,11 +274,18 @@ def _front_table(front: list[dict], name: str, model_href: str, spec: StudySpec)
 
 
 def _knobs_cell(record: dict) -> str:
+    """The deployment as built and the trials it ties within noise, as the CLI's front shows
+    them, above the knobs asked (a label without a candidate is its knobs already)."""
     knobs = _e(knobs_text(record["params"]))
+    cell = _e(record.get("label") or "") or knobs
+    if ties := record.get("ties"):
+        cell += f" (ties {', '.join(map(str, ties))})"
+    if (record.get("user_attrs") or {}).get("candidate"):
+        cell += f"<br><small>{knobs}</small>"
     if not record.get("baseline"):
-        return knobs
+        return cell
     where = "" if record.get("on_front", True) else ", not on the front"
-    return f"<b>baseline</b> (the unmodified model{where}): {knobs}"
+    return f"<b>baseline</b> (the unmodified model{where}): {cell}"
 
 
 def knobs_text(params: dict[str, object]) -> str:

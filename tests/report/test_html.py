@@ -13,8 +13,9 @@ from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 from report_pages import chromium, probed_layout, unreadable, with_layout_probe
 
+from automl.records import TrialRecord
 from automl.report._figures import front_axes
-from automl.report.html import FRONT_DATA_ID, write_report
+from automl.report.html import FRONT_DATA_ID, _knobs_cell, write_report
 from automl.service.read import pareto_front
 from automl.service.studies import load
 
@@ -105,6 +106,28 @@ def test_the_front_tables_of_the_report_and_the_cli_share_their_columns(dom: str
     printed = console.export_text()
     assert all(c.label in printed for c in front_columns(parse_spec({}), brief=True))
     assert "val − test" in labels and "val − test" not in printed  # the report's alone
+
+
+def test_the_front_table_names_each_row_as_built_as_the_cli_front_does(
+    dom: str, study_run: dict
+) -> None:
+    front = pareto_front(NAME, study_run["storage"])
+    table = re.search(r"<th>knobs</th>.*?</table>", dom, re.S)[0]
+    cells = re.findall(r"<tr><td[^>]*>\d+</td><td>(.*?)<br>", table)
+    assert cells == [html.escape(r["label"]) for r in front]
+
+
+def test_a_front_cell_shows_the_label_built_its_ties_and_the_knobs_asked() -> None:
+    params = {"arch.width": 16, "pruning_ratio": 0.2}
+    record = TrialRecord(
+        number=12, state="COMPLETE", values={}, params=params, metrics={}, feasible=True,
+        artifact_id=None, fail_reason=None, baseline=False, user_attrs={"candidate": params},
+        on_front=True, label="mlp w8 d1 (w16 prune 0.2) <int8>", ties=(5, 7),
+    )  # fmt: skip
+    assert _knobs_cell(record) == (
+        "mlp w8 d1 (w16 prune 0.2) &lt;int8&gt; (ties 5, 7)"
+        "<br><small>arch.width=16, pruning_ratio=0.2</small>"
+    )
 
 
 def test_front_table_links_to_exported_models(dom: str, report: Path, study_run: dict) -> None:
