@@ -156,7 +156,7 @@ def start(
     after = partial(_print_remeasured, settings=settings) if remeasure_front else None
     code = run_here(
         runnable, store, storage_url=storage, jobs=jobs, console=console, after=after,
-        verbose=verbose,
+        verbose=verbose, artifacts_dir=artifacts_dir,
     )  # fmt: skip
     _say_queued(queued, storage, artifacts_dir, detach, again=True)  # the run scrolled it away
     if code:

@@ -53,8 +53,9 @@ def test_ctrl_c_ends_with_the_front_and_a_resume_command_that_resumes(cli, zygot
     paced = tmp_path / "paced.yaml"  # trials of seconds, so that Ctrl-C lands inside one
     paced.write_text(PACED % 150)
     args = ["study", "start", "--space", str(paced), "--n-trials", "2", "--name", "r"]
+    models = ["--artifacts-dir", str(tmp_path / "models")]  # not the environment's
     process = zygote.popen(
-        [*args, "--storage", cli.storage], cwd=tmp_path, env=cli.env, merge_stderr=False
+        [*args, "--storage", cli.storage, *models], cwd=tmp_path, env=cli.env, merge_stderr=False
     )
     deadline = time.monotonic() + 120
     while count_state(cli.storage, "RUNNING") == 0:
@@ -69,7 +70,7 @@ def test_ctrl_c_ends_with_the_front_and_a_resume_command_that_resumes(cli, zygot
     assert "Pareto front of r on cpu" in stdout
     (line,) = [line for line in stdout.splitlines() if line.startswith("Resume with: ")]
     resume = shlex.split(line.removeprefix("Resume with: "))
-    assert resume == ["automl", "study", "start", "--name", "r", "--storage", cli.storage]
+    assert resume == ["automl", "study", "start", "--name", "r", "--storage", cli.storage, *models]
 
     again = cli(*resume[1:])
     assert "Study r ended: done." in again.stdout
