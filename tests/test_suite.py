@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+from pathlib import Path
+
+from zygote import BIN, SOCKET_VARIABLE
 
 # Plugins that a pytest run of the suite's own machinery does not use: each costs every process
 # about 3 s of imports (schemathesis, with hypothesis).
@@ -72,3 +76,85 @@ def test_a_command_the_zygote_cannot_start_fails_instead_of_hanging(zygote, tmp_
     done = zygote.run(["spaces"], cwd=tmp_path / "gone", env=env, timeout=30)
     assert done.returncode == 1 and "FileNotFoundError" in done.stderr, done
     assert zygote.run(["spaces"], cwd=tmp_path, env=env, timeout=60).returncode == 0
+
+
+def _shell_env(zygote, *folders: Path, **variables: str) -> dict[str, str]:
+    """A shell's environment as the README's blocks have it: tests/bin first on the PATH (the
+    zygote's ``automl``), then ``folders`` and the venv's bin."""
+    path = os.pathsep.join(
+        [*map(str, folders), str(Path(sys.executable).parent), os.environ["PATH"]]
+    )
+    return zygote.client_env({**os.environ, "PATH": path, **variables})
+
+
+def test_automl_through_the_zygote_client_behaves_as_the_fresh_command(zygote, tmp_path) -> None:
+    """``tests/bin/automl``, which the README's blocks run: the same exit status and output as
+    the venv's own ``automl``, for an automl error and a success (its usage line names it
+    ``automl``, as the console script is named, not ``python -m automl``)."""
+    variables = {"COLUMNS": "100", "AUTOML_STORAGE": f"sqlite:///{tmp_path}/automl.db"}
+    automl = Path(sys.executable).with_name("automl")
+    for args in (["study", "show", "nothing"], ["--help"]):
+        forked = subprocess.run(
+            [BIN / "automl", *args], cwd=tmp_path, env=_shell_env(zygote, **variables),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        fresh = subprocess.run(
+            [automl, *args], cwd=tmp_path, env={**os.environ, **variables}, capture_output=True,
+            text=True, timeout=60,
+        )  # fmt: skip
+        assert (forked.returncode, forked.stdout, forked.stderr) == (
+            fresh.returncode, fresh.stdout, fresh.stderr,
+        )  # fmt: skip
+    assert forked.returncode == 0 and "Usage: automl [OPTIONS]" in forked.stdout
+
+
+# An `automl` that says whether it was forked from the zygote (its libraries are loaded), then
+# sleeps if asked to: on one line, so that an interrupt's traceback is the same wherever it lands.
+FAKE_AUTOML = """#!/usr/bin/env python3
+import sys, time
+print('torch' in sys.modules, sys.argv[1:], flush=True); time.sleep(60 * (sys.argv[1:] == ['sleep']))
+"""
+
+
+CARETS = re.compile(r"^ *\^+\n", re.M)  # where in its line a traceback's interrupt landed
+
+
+def _fake_automl_env(zygote, folder: Path) -> dict[str, str]:
+    """A shell's environment with :data:`FAKE_AUTOML` in ``folder``, after tests/bin."""
+    (folder / "automl").write_text(FAKE_AUTOML)
+    (folder / "automl").chmod(0o755)
+    return _shell_env(zygote, folder)
+
+
+def test_the_zygote_client_forks_the_next_automl_on_the_path_or_execs_it(zygote, tmp_path):
+    """``tests/bin/automl`` forks the ``automl`` that follows it on the PATH from the zygote,
+    and execs it where the socket is unset or Python's start-up variables differ."""
+    env = _fake_automl_env(zygote, tmp_path)
+    for changed, forked in (
+        ({}, True),
+        ({SOCKET_VARIABLE: ""}, False),
+        ({"PYTHONHASHSEED": "0"}, False),
+    ):
+        done = subprocess.run(
+            [BIN / "automl", "a", "b c"], cwd=tmp_path, env={**env, **changed},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (done.returncode, done.stdout) == (0, f"{forked} ['a', 'b c']\n"), done.stderr
+
+
+def test_a_signal_sent_to_the_zygote_client_reaches_its_command(zygote, tmp_path) -> None:
+    """SIGINT or SIGTERM sent to ``tests/bin/automl`` ends the command forked from the zygote as
+    it ends the same command exec'd: the same death by that signal, and the same stderr."""
+    env = _fake_automl_env(zygote, tmp_path)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        ended = []
+        for forked in (True, False):
+            process = subprocess.Popen(
+                [BIN / "automl", "sleep"], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+                stderr=subprocess.PIPE, env=env if forked else {**env, SOCKET_VARIABLE: ""},
+            )  # fmt: skip
+            assert process.stdout.readline() == f"{forked} ['sleep']\n"
+            process.send_signal(signum)
+            _, err = process.communicate(timeout=60)
+            ended.append((process.returncode, CARETS.sub("", err)))
+        assert ended[0] == ended[1] and ended[0][0] == -signum, ended
