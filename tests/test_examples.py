@@ -1,16 +1,20 @@
-"""The scripts in examples/, run as a user runs them: real processes, a real `automl serve`."""
+"""The scripts in examples/, run as a user runs them: real processes (forked from the test
+worker's zygote, see tests/zygote.py), a real `automl serve`."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 import pytest
 from cli_runs import free_port, start_serve, stop_server, wait_healthy
+
+if TYPE_CHECKING:
+    from zygote import Zygote
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TOKEN = "example-token-0123456789abcdef"
@@ -27,13 +31,17 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def _run_example(script: str, root: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(EXAMPLES / script), *args]
-    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+def _run_example(
+    zygote: Zygote, script: str, root: Path, env: dict, *args: str
+) -> subprocess.CompletedProcess:
+    """``python examples/SCRIPT ARGS`` in ``root``, forked from ``zygote``."""
+    return zygote.python([str(EXAMPLES / script), *args], cwd=root, env=env, timeout=300)
 
 
-def test_digits_search_prints_the_front_and_exports_the_best(tmp_path: Path) -> None:
-    done = _run_example("digits_search.py", tmp_path, _env(tmp_path), "--out", "best.onnx")
+def test_digits_search_prints_the_front_and_exports_the_best(
+    tmp_path: Path, zygote: Zygote
+) -> None:
+    done = _run_example(zygote, "digits_search.py", tmp_path, _env(tmp_path), "--out", "best.onnx")
     assert done.returncode == 0, done.stderr
     assert "Pareto front of digits-example" in done.stdout
     exported = done.stdout.splitlines()[-1]
@@ -43,7 +51,9 @@ def test_digits_search_prints_the_front_and_exports_the_best(tmp_path: Path) -> 
     onnx.checker.check_model(onnx.load(str(tmp_path / "best.onnx")))
     assert (tmp_path / "automl.db").is_file()  # the settings' storage, not the default one
 
-    again = _run_example("digits_search.py", tmp_path, _env(tmp_path), "--out", "again.onnx")
+    again = _run_example(
+        zygote, "digits_search.py", tmp_path, _env(tmp_path), "--out", "again.onnx"
+    )
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[:-1] == done.stdout.splitlines()[:-1]  # resumed, done
 
@@ -54,7 +64,7 @@ def _start_serve(root: Path, port: int) -> subprocess.Popen:
     return start_serve(root, port, env)
 
 
-def test_submit_over_rest_runs_a_study_on_automl_serve(tmp_path: Path) -> None:
+def test_submit_over_rest_runs_a_study_on_automl_serve(tmp_path: Path, zygote: Zygote) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = _start_serve(tmp_path, port)
@@ -63,7 +73,7 @@ def test_submit_over_rest_runs_a_study_on_automl_serve(tmp_path: Path) -> None:
         work = tmp_path / "client"
         work.mkdir()
         env = {**os.environ, "AUTOML_API_URL": url, "AUTOML_API_TOKEN": TOKEN}
-        done = _run_example("submit_over_rest.py", work, env, "--out", "model.onnx")
+        done = _run_example(zygote, "submit_over_rest.py", work, env, "--out", "model.onnx")
     finally:
         stop_server(server, 30)
     assert done.returncode == 0, done.stdout + done.stderr + (tmp_path / "serve.log").read_text()
@@ -74,17 +84,26 @@ def test_submit_over_rest_runs_a_study_on_automl_serve(tmp_path: Path) -> None:
     onnx.checker.check_model(onnx.load(str(work / "model.onnx")))
 
 
-def test_submit_over_rest_wants_a_token(tmp_path: Path) -> None:
+def test_submit_over_rest_wants_a_token(tmp_path: Path, zygote: Zygote) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AUTOML_API_TOKEN"}
-    done = _run_example("submit_over_rest.py", tmp_path, env)
+    done = _run_example(zygote, "submit_over_rest.py", tmp_path, env)
     assert done.returncode == 2
     assert "AUTOML_API_TOKEN" in done.stderr
 
 
-def test_optimize_trained_exports_a_model_within_the_accuracy_budget(tmp_path: Path) -> None:
+def test_optimize_trained_exports_a_model_within_the_accuracy_budget(
+    tmp_path: Path, zygote: Zygote
+) -> None:
     # 4 trials, not its default 8: the baseline and three others, as fast to check
     done = _run_example(
-        "optimize_trained.py", tmp_path, _env(tmp_path), "--out", "fast.onnx", "--n-trials", "4"
+        zygote,
+        "optimize_trained.py",
+        tmp_path,
+        _env(tmp_path),
+        "--out",
+        "fast.onnx",
+        "--n-trials",
+        "4",
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -5,7 +5,8 @@ The rules their fenced blocks follow:
 
 - A ``bash`` or ``python`` block runs here, in order, in one empty folder per page, with
   ``automl`` on the PATH and no ``AUTOML_*`` variables set, as for a reader following the page.
-  It must exit 0.
+  It must exit 0. Its ``automl`` commands and a ``python`` block run in processes forked from the
+  test worker's zygote (tests/zygote.py), each still a process of its own.
 - A ``text`` block right after a block that runs is what that block prints: each of its lines must
   be in the block's output (stdout and stderr), any number matching any number. Lines drawn with
   box characters (tables, progress bars) and ``…`` (output left out) are not compared.
@@ -27,11 +28,15 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from automl.search.space import SearchSpace
 from automl.search.spec import load_spec, parse_spec
+
+if TYPE_CHECKING:
+    from zygote import Zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -113,20 +118,22 @@ def missing_lines(expected: str, printed: str) -> list[str]:
     return [line for line in compared if not output_pattern(line).search(printed)]
 
 
-def reader_env() -> dict[str, str]:
-    """A reader's shell: the venv's ``automl`` first on the PATH, no automl settings."""
+def reader_env(zygote: Zygote) -> dict[str, str]:
+    """A reader's shell: ``automl`` first on the PATH (tests/bin's, forked from ``zygote``,
+    then the venv's), no automl settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOML_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
+    return zygote.client_env(env)
 
 
-def run_block(block: Block, folder: Path) -> subprocess.CompletedProcess:
-    command = ["bash", "-euo", "pipefail", "-c", block.code]
+def run_block(block: Block, folder: Path, zygote: Zygote) -> subprocess.CompletedProcess:
+    env = reader_env(zygote)
     if block.lang == "python":
-        command = [sys.executable, "-c", block.code]
+        return zygote.python(["-c", block.code], cwd=folder, env=env, timeout=600)
     return subprocess.run(
-        command, cwd=folder, env=reader_env(), capture_output=True, text=True, timeout=600
-    )
+        ["bash", "-euo", "pipefail", "-c", block.code], cwd=folder, env=env, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
 
 
 def test_the_readme_has_blocks_of_every_kind() -> None:
@@ -184,11 +191,13 @@ RUN_PAGES = [page for page, blocks in PAGE_BLOCKS.items() if any(b.runs_here for
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_PAGES)
-def test_every_block_runs_as_written_and_prints_what_it_shows(tmp_path: Path, page: str) -> None:
+def test_every_block_runs_as_written_and_prints_what_it_shows(
+    tmp_path: Path, page: str, zygote: Zygote
+) -> None:
     problems, printed = [], None
     for block in PAGE_BLOCKS[page]:
         if block.runs_here:
-            done = run_block(block, tmp_path)
+            done = run_block(block, tmp_path, zygote)
             printed = done.stdout + done.stderr
             if done.returncode != 0:
                 problems.append(f"{block} exited {done.returncode}:\n{printed[-3000:]}")
@@ -200,7 +209,7 @@ def test_every_block_runs_as_written_and_prints_what_it_shows(tmp_path: Path, pa
 
 
 @pytest.mark.slow
-def test_make_study_runs_the_default_spec(tmp_path: Path) -> None:
+def test_make_study_runs_the_default_spec(tmp_path: Path, zygote: Zygote) -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(
         r"^study: .*\n\t\$\(BIN\)/automl study start studies/digits\.yaml$", makefile, re.M
@@ -209,7 +218,7 @@ def test_make_study_runs_the_default_spec(tmp_path: Path) -> None:
     spec = ROOT / "studies" / "digits.yaml"
     start = ["automl", "study", "start", str(spec), "--n-trials", "1", "--no-remeasure-front"]
     done = subprocess.run(
-        start, cwd=tmp_path, env=reader_env(), capture_output=True, text=True, timeout=600
+        start, cwd=tmp_path, env=reader_env(zygote), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Study digits-cpu ended: done." in done.stdout
