@@ -10,6 +10,8 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Iterator
+from typing import ClassVar
 
 import optuna
 import pytest
@@ -150,9 +152,22 @@ def test_the_first_signal_says_how_long_the_running_trial_should_take(
         assert abs(ran + more[0] - 250) <= 1, message
 
 
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test() -> Iterator[None]:
+    """SIGKILL the workers a test leaves running: one that failed half way would otherwise
+    run its trial of minutes on, an orphan, through the rest of the suite."""
+    yield
+    while _Worker.started:
+        worker = _Worker.started.pop()
+        if worker.process.poll() is None:
+            worker.process.kill()
+
+
 class _Worker:
     """`automl worker` (run by ``code``, or forked from ``zygote``), its stdout and stderr read
     by a thread."""
+
+    started: ClassVar[list[_Worker]] = []
 
     def __init__(self, code: str | None, args: list[str], cli, zygote=None) -> None:
         if code is None:
@@ -162,6 +177,7 @@ class _Worker:
                 [sys.executable, "-c", code, *args], cwd=cli.root, env=cli.env, text=True,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             )  # fmt: skip
+        _Worker.started.append(self)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
