@@ -8,9 +8,11 @@ a SIGTERM during them is a requested stop, not a death by the signal (exit 143).
 from __future__ import annotations
 
 import _thread
+import atexit
 import contextlib
 import logging
 import os
+import queue
 import signal
 import sys
 import threading
@@ -19,6 +21,37 @@ import time
 from automl.errors import Aborted
 
 logger = logging.getLogger("automl.fleet.signals")
+
+
+class _HandlerLog:
+    """The warnings of a signal handler, logged by a thread of their own.
+
+    A handler runs between two bytecodes of the main thread, maybe inside a write to the very
+    stream logging writes to, and a second write there raises "reentrant call inside
+    BufferedWriter". The handler only queues (``SimpleQueue.put`` is safe there); the thread
+    logs, waiting for the main thread's write to end.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._log, name="automl-signal-log", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def put(self, message: str) -> None:
+        """Log ``message`` as a warning, from the thread."""
+        self._queue.put(message)
+
+    def close(self) -> None:
+        """Log what is queued, then end the thread."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(10)
+        atexit.unregister(self.close)
+
+    def _log(self) -> None:
+        while (message := self._queue.get()) is not None:
+            logger.warning(message)
 
 
 class GracefulStop:
@@ -55,6 +88,7 @@ class GracefulStop:
         self._previous: dict[int, object] = {}
         self._previous_hook = sys.unraisablehook
         self._reraise = False  # a swallowed abort waits to be raised again
+        self._log: _HandlerLog | None = None
 
     def install(self, *, sigint: bool = True, sigterm_aborts: bool = False) -> GracefulStop:
         """Install the handlers (main thread only).
@@ -77,6 +111,7 @@ class GracefulStop:
         # Optuna logs an aborted trial with the traceback of the KeyboardInterrupt.
         logging.getLogger("optuna.study._optimize").addFilter(self._quiet_after_abort)
         self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._swallowed
+        self._log = _HandlerLog()
         return self
 
     def uninstall(self) -> None:
@@ -91,6 +126,14 @@ class GracefulStop:
             self._pipe = None
         logging.getLogger("optuna.study._optimize").removeFilter(self._quiet_after_abort)
         sys.unraisablehook = self._previous_hook
+        self.flush()
+
+    def flush(self) -> None:
+        """Log the warnings the handlers have queued (a thread logs them: see
+        :class:`_HandlerLog`), and end that thread."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def trial_begins(self, mean_s: float | None) -> None:
         """A trial starts now; its study's COMPLETE trials took ``mean_s`` on average (None
@@ -138,12 +181,12 @@ class GracefulStop:
         self.requested, self.by = True, by
         self._tell_helpers(signal.SIGTERM)
         if self._trial is None:
-            logger.warning("stop requested by %s: no trial runs here, exiting", by)
+            self._warn(f"stop requested by {by}: no trial runs here, exiting")
             return
-        logger.warning(
-            "stop requested by %s: finishing the running trial, then exiting. %s%s",
-            by, self._expected(), self._again(by),
-        )  # fmt: skip
+        self._warn(
+            f"stop requested by {by}: finishing the running trial, then exiting. "
+            f"{self._expected()}{self._again(by)}"
+        )
 
     def _expected(self) -> str:
         """How long the running trial has run, and should still run, as a sentence."""
@@ -172,8 +215,14 @@ class GracefulStop:
     def _abort(self, message: str) -> None:
         self.aborted = True
         self._tell_helpers(signal.SIGUSR1)
-        logger.warning(message)
+        self._warn(message)
         raise Aborted
+
+    def _warn(self, message: str) -> None:
+        if self._log is None:  # not installed: called from a test, not a handler
+            logger.warning(message)
+        else:
+            self._log.put(message)
 
     def _swallowed(self, unraisable: sys.UnraisableHookArgs) -> None:
         if not isinstance(unraisable.exc_value, Aborted):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import io
+import logging
 import re
 import signal
 import subprocess
@@ -80,6 +82,43 @@ def sigterm_stop():
     installed.uninstall()
 
 
+class _ReentrantStream(io.StringIO):
+    """A stream that, as a BufferedWriter does, refuses a write inside a write; its first write
+    is interrupted by a SIGTERM."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = False
+
+    def write(self, text: str) -> int:
+        if self.writing:
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter name=2>")
+        self.writing = True
+        try:
+            if not self.getvalue():
+                signal.raise_signal(signal.SIGTERM)
+            return super().write(text)
+        finally:
+            self.writing = False
+
+
+def test_a_signal_during_a_log_write_is_logged_after_it(sigterm_stop, monkeypatch):
+    stream = _ReentrantStream()
+    handler = logging.StreamHandler(stream)
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    logger = logging.getLogger("automl.fleet.signals")
+    logger.addHandler(handler)
+    try:
+        logger.warning("the main thread writes")
+        sigterm_stop.flush()
+    finally:
+        logger.removeHandler(handler)
+    assert sigterm_stop.requested
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "the main thread writes"
+    assert lines[1].startswith("stop requested by SIGTERM"), lines
+
+
 def test_a_second_sigterm_aborts_where_asked(sigterm_stop):
     signal.raise_signal(signal.SIGTERM)
     assert sigterm_stop.requested and not sigterm_stop.aborted
@@ -141,6 +180,7 @@ def test_the_first_signal_says_how_long_the_running_trial_should_take(
     sigterm_stop.trial_begins(mean_s)
     with caplog.at_level("WARNING", logger="automl.fleet.signals"):
         signal.raise_signal(signal.SIGTERM)
+        sigterm_stop.flush()
     (record,) = caplog.records
     message = record.getMessage()
     assert message.startswith("stop requested by SIGTERM: finishing the running trial")
