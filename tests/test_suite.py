@@ -142,6 +142,12 @@ def test_the_zygote_client_forks_the_next_automl_on_the_path_or_execs_it(zygote,
         assert (done.returncode, done.stdout) == (0, f"{forked} ['a', 'b c']\n"), done.stderr
 
 
+def _as_a_shell_starts_it() -> None:
+    """Ctrl-C at its default, as a shell's foreground job has it: pytest-xdist's workers ignore
+    it, and an ignored SIGINT is inherited through exec."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_signal_sent_to_the_zygote_client_reaches_its_command(zygote, tmp_path) -> None:
     """SIGINT or SIGTERM sent to ``tests/bin/automl`` ends the command forked from the zygote as
     it ends the same command exec'd: the same death by that signal, and the same stderr."""
@@ -152,6 +158,7 @@ def test_a_signal_sent_to_the_zygote_client_reaches_its_command(zygote, tmp_path
             process = subprocess.Popen(
                 [BIN / "automl", "sleep"], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
                 stderr=subprocess.PIPE, env=env if forked else {**env, SOCKET_VARIABLE: ""},
+                preexec_fn=_as_a_shell_starts_it,
             )  # fmt: skip
             assert process.stdout.readline() == f"{forked} ['sleep']\n"
             process.send_signal(signum)
