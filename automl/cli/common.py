@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -84,8 +85,10 @@ def require_artifacts_writable(settings: Settings) -> None:
 
 def worker_command(name: str, target: str, storage: str | None, artifacts_dir: Path | None) -> str:
     """The ``automl worker`` command that runs study ``name`` on a host with ``target``;
-    ``storage`` and ``artifacts_dir`` are the options given, if any."""
-    folder = f" --artifacts-dir {artifacts_dir}" if artifacts_dir is not None else ""
-    return (
-        f"automl worker --target {target} --storage {shown_url(storage)} --studies {name}" + folder
-    )
+    ``storage`` and ``artifacts_dir`` are the options given, if any. Quoted for a shell, as
+    :func:`automl.fleet.local.resume_command` is."""
+    command = ["automl", "worker", "--target", target, "--storage", shown_url(storage)]
+    command += ["--studies", name]
+    if artifacts_dir is not None:
+        command += ["--artifacts-dir", str(artifacts_dir)]
+    return shlex.join(command)
