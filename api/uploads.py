@@ -10,7 +10,6 @@ change under it: a name holds the first file stored under it. Sending the same b
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import tempfile
@@ -24,6 +23,7 @@ from api.errors import ApiError
 from api.model_check import CheckNotRun, run_check
 from automl.errors import DataError
 from automl.inputs.data import load_dataset
+from automl.storage.artifacts import DISK_FULL_ERRNOS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 KINDS = {".npz": ("dataset", "dataset"), ".pt": ("weights", "model.weights")}
 KINDS[".pth"] = KINDS[".pt"]
 _WRITE_BYTES = 1 << 20  # received bytes are written to disk a MiB at a time
-_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ async def _receive(body: AsyncIterator[bytes], file) -> tuple[int, str]:
                 pending.clear()
         await run_in_threadpool(_finish, file, bytes(pending))
     except OSError as e:
-        if e.errno in _NO_ROOM:
+        if e.errno in DISK_FULL_ERRNOS:
             raise ApiError(
                 507, "insufficient_storage",
                 f"the server's data root has no room for the file ({e.strerror}); its operator "

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 _TMP = ".tmp-"  # the stage cache's prefix too: a name no artifact id (a UUID) takes
 # A write that fails with one of these fails every write after it on this host.
-_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 class AtomicArtifactStore(FileSystemArtifactStore):
@@ -92,10 +92,10 @@ def disk_full(error: BaseException) -> bool:
     Libraries with C++ cores (torch, ONNX Runtime) re-raise it as a ``RuntimeError`` that
     keeps only the message, so that is read too.
     """
-    full = {os.strerror(code) for code in _DISK_FULL}
+    full = {os.strerror(code) for code in DISK_FULL_ERRNOS}
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in _DISK_FULL:
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL_ERRNOS:
             return True
         if any(text in str(seen) for text in full):
             return True
