@@ -26,7 +26,7 @@ install-gpu: $(STAMP)
 	$(BIN)/pip install -q $(GPU_INDEX) -c constraints.txt -c constraints-gpu.txt -e '.[$(GPU_EXTRAS)]'
 	$(BIN)/pip uninstall -q -y onnxruntime onnxruntime-gpu
 	$(BIN)/pip install -q -c constraints.txt -c constraints-gpu.txt --no-deps onnxruntime-gpu
-	$(BIN)/python -c "from automl.pipeline.ort_packages import require_single_ort as r; r()"
+	$(BIN)/python -c "from automl.catalog.runtimes._ort_packages import require_single_ort as r; r()"
 
 study: $(STAMP)
 	$(BIN)/automl study start studies/digits.yaml

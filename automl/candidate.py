@@ -169,7 +169,7 @@ class Batching:
             )
 
 
-# ONNX Runtime's graph optimisation levels, fewest rewrites first (see automl.pipeline._ort).
+# ONNX Runtime's graph optimisation levels, fewest rewrites first (see automl.catalog.runtimes._ort).
 GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 
 

@@ -243,7 +243,7 @@ def judge_runtime(v: Verdicts, gpu_listed: bool) -> None:
         import onnxruntime as ort
 
         from automl.catalog import CUDA, TRT, get_backend
-        from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
+        from automl.catalog.runtimes._ort_packages import gpu_runtime_versions, load_gpu_libraries
         from automl.targets.presence import probe_model, provider_failure
     except ImportError as e:
         v.unknown(RUNTIME, f"automl or ONNX Runtime cannot be imported here: {e}")

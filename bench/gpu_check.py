@@ -4,7 +4,7 @@ Run: ``python -m bench.gpu_check --out gpu_check.json`` (about 1 to 5 minutes on
 
 It records the environment (GPUs, driver, CUDA, cuDNN, TensorRT, ONNX Runtime build and
 providers), trains a small digits CNN on the CPU, and for each method and latency backend
-(``automl/catalog/backends/``, with the options trials use) it runs: node placement counts
+(``automl/catalog/runtimes/``, with the options trials use) it runs: node placement counts
 (and whether every compute node ran on the backend's provider), the median of
 **device-resident** runs (IO binding, inputs and outputs on the GPU, synchronised), the median
 of **end-to-end** runs (the batch copied in, the outputs copied back), accuracy on the GPU
@@ -43,18 +43,18 @@ import numpy as np
 
 from automl.candidate import ArchConfig, TrainConfig
 from automl.catalog import CPU, CUDA, TRT, get_backend, get_method
-from automl.errors import AutomlError, TrialFailed
-from automl.inputs.data import load_dataset
-from automl.models import build_model
-from automl.pipeline._ort import make_session
-from automl.pipeline.export import export_onnx
-from automl.pipeline.latency import measure_latency
-from automl.pipeline.ort_packages import (
+from automl.catalog.runtimes._ort import make_session
+from automl.catalog.runtimes._ort_packages import (
     gpu_runtime_versions,
     installed_ort_builds,
     require_single_ort,
 )
-from automl.pipeline.placement import check_placement, node_placements, placement_counts
+from automl.catalog.runtimes._placement import check_placement, node_placements, placement_counts
+from automl.errors import AutomlError, TrialFailed
+from automl.inputs.data import load_dataset
+from automl.models import build_model
+from automl.pipeline.export import export_onnx
+from automl.pipeline.latency import measure_latency
 from automl.pipeline.profile import SourceGraph, engine_layer_times
 from automl.pipeline.quantize import quantize_method
 from automl.pipeline.timers import bound_timers

@@ -2,7 +2,7 @@
 self-describing file each.
 
 A method is a :class:`Method` subclass in ``automl/catalog/methods/``, a backend a
-:class:`Backend` subclass in ``automl/catalog/backends/``, a family a :class:`Family` subclass
+:class:`Backend` subclass in ``automl/catalog/runtimes/``, a family a :class:`Family` subclass
 in ``automl/catalog/families/``; defining the class registers it, and every public module of
 those folders is imported here. Targets, search spaces, the compatibility checks, the stages and
 the contract tests read :data:`METHODS`, :data:`BACKENDS` and :data:`FAMILIES`; nothing else
@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from automl.catalog import backends, families, methods
+from automl.catalog import families, methods, runtimes
 from automl.catalog._registry import (
     BACKENDS,
     CPU,
@@ -42,7 +42,7 @@ from automl.catalog._registry import (
     per_layer_methods,
 )
 
-for _package in (methods, backends, families):
+for _package in (methods, runtimes, families):
     for _module in pkgutil.iter_modules(_package.__path__):
         if not _module.name.startswith("_"):
             importlib.import_module(f"{_package.__name__}.{_module.name}")

@@ -142,13 +142,13 @@ class Backend(_Entry):
     Attributes:
         name: Stable name, used in target YAMLs and trial records.
         providers: The session's execution providers, in order; compute nodes must run on
-            the first (see :func:`automl.pipeline.placement.check_placement`).
+            the first (see :func:`automl.catalog.runtimes._placement.check_placement`).
         device: Where the graph runs: ``"cpu"`` or ``"cuda"``.
         on_device: Timed device-resident (inputs and outputs bound on ``device``), rather than
             host to host.
         install: The command that installs its runtime, for refusals.
         placed_ops: Operators that, beside compute (see
-            :func:`automl.pipeline.placement.is_compute`), must run on the first provider.
+            :func:`automl.catalog.runtimes._placement.is_compute`), must run on the first provider.
         session_options: Options per provider that every session of it takes.
         graph_options: Options per provider that replay runs as a CUDA graph.
     """

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 
+from automl.catalog.runtimes._ort_packages import require_single_ort
 from automl.cli.common import (
     ArtifactsOpt,
     JsonOpt,
@@ -24,7 +25,6 @@ from automl.cli.manage import register as register_manage
 from automl.cli.results import register as register_results
 from automl.cli.study import study_app
 from automl.errors import AutomlError, TargetUnavailable
-from automl.pipeline.ort_packages import require_single_ort
 
 if TYPE_CHECKING:
     from pathlib import Path

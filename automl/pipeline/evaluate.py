@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from automl.catalog.runtimes._ort import feed, input_dtype, input_name, open_session
 from automl.errors import SpecError
-from automl.pipeline._ort import feed, input_dtype, input_name, open_session
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

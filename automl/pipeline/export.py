@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 import torch
 
+from automl.catalog.runtimes._ort import input_name, make_session, model_dtype
 from automl.errors import TrialFailed
-from automl.pipeline._ort import input_name, make_session, model_dtype
 
 if TYPE_CHECKING:
     from torch import nn

@@ -221,7 +221,7 @@ def measure_latency(
     Raises:
         TargetUnavailable: The hardware is absent, or ONNX Runtime here cannot use it.
         TrialFailed: Compute nodes run on a provider other than the backend's (see
-            :func:`automl.pipeline.placement.check_placement`), or ONNX Runtime refused the
+            :func:`automl.catalog.runtimes._placement.check_placement`), or ONNX Runtime refused the
             graph on it (see :func:`automl.pipeline.timers.backend_session`).
         SpecError: ``batch_size``, ``inputs``, ``method`` or the run limits are unusable.
     """

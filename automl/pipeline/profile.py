@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 from automl.catalog import LAYER_OPS
-from automl.pipeline._ort import feed, input_dtype, input_name
+from automl.catalog.runtimes._ort import feed, input_dtype, input_name
 from automl.pipeline.timers import backend_session
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from onnx import helper
 
 from automl.catalog import get_method, method_for
 from automl.catalog.methods import tool_failure
+from automl.catalog.runtimes._ort import feed
 from automl.errors import SpecError
-from automl.pipeline._ort import feed
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from automl.candidate import MAX_LOAD_REQUESTS, Batching
+from automl.catalog.runtimes._ort import feed, input_dtype, input_name
 from automl.errors import SpecError, TrialFailed
-from automl.pipeline._ort import feed, input_dtype, input_name
 from automl.pipeline.timers import backend_session
 
 if TYPE_CHECKING:

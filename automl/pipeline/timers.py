@@ -29,16 +29,16 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _state
 
 from automl.catalog import get_method
-from automl.errors import SpecError, TargetUnavailable, TrialFailed
-from automl.pipeline._ort import (
+from automl.catalog.runtimes._ort import (
     ORT_DTYPES,
     feed,
     input_dtype,
     input_name,
     make_session,
 )
-from automl.pipeline.ort_packages import gpu_runtime_versions
-from automl.pipeline.placement import check_copies, check_placement, node_placements
+from automl.catalog.runtimes._ort_packages import gpu_runtime_versions
+from automl.catalog.runtimes._placement import check_copies, check_placement, node_placements
+from automl.errors import SpecError, TargetUnavailable, TrialFailed
 from automl.targets import require_present
 from automl.targets.presence import gpu_identity, provider_failure
 
@@ -315,7 +315,7 @@ def env_fingerprint(
         threads: Intra-op threads used.
         target: The target measured.
         placement: Nodes per execution provider of the timed session (see
-            :func:`automl.pipeline.placement.check_placement`).
+            :func:`automl.catalog.runtimes._placement.check_placement`).
         provider_options: The options ``provider`` ran with, as the session reports them.
 
     Returns:
@@ -323,7 +323,7 @@ def env_fingerprint(
         target name and, when given, ``placement``. A cuda target adds its GPU's name, index,
         UUID and driver version (see :func:`automl.targets.presence.gpu_identity`; ``None``
         where ``nvidia-smi`` cannot tell), the CUDA, cuDNN and TensorRT versions (see
-        :func:`automl.pipeline.ort_packages.gpu_runtime_versions`) and ``tf32``: whether fp32
+        :func:`automl.catalog.runtimes._ort_packages.gpu_runtime_versions`) and ``tf32``: whether fp32
         ran as TF32 (``None`` when the options do not say).
     """
     env: dict[str, Any] = {

@@ -280,7 +280,7 @@ PROBE_IR_VERSION = 10
 _PROBE = """
 import sys, warnings
 import onnxruntime as ort
-from automl.pipeline.ort_packages import load_gpu_libraries
+from automl.catalog.runtimes._ort_packages import load_gpu_libraries
 from automl.targets.presence import probe_model
 load_gpu_libraries()
 options = ort.SessionOptions()

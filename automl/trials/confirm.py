@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from automl.pipeline._ort import make_session
+from automl.catalog.runtimes._ort import make_session
 from automl.pipeline.latency import ort_run_timer
 from automl.pipeline.latency_decision import LATENCY_METRICS, decide_all, sample_until_decided
 from automl.pipeline.timers import host_timer

@@ -18,12 +18,12 @@ import torch
 from scipy import stats
 
 from automl.catalog.methods import pre_process
+from automl.catalog.runtimes._ort import feed, input_dtype, input_name, make_session
 from automl.errors import InputRefused, SpecError, UnsupportedQuantization, host_trouble
 from automl.inputs.data import cached_dataset
 from automl.inputs.onnx_model import OnnxModel, open_onnx
 from automl.inputs.trained_model import FactoryUnavailable, TrainedModel, open_trained
 from automl.models import find_output_layer
-from automl.pipeline._ort import feed, input_dtype, input_name, make_session
 from automl.pipeline.evaluate import evaluate
 from automl.pipeline.export import compare_logits, export_onnx
 from automl.pipeline.profile import SourceGraph

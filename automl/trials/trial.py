@@ -13,10 +13,10 @@ import torch
 
 from automl.candidate import Batching
 from automl.catalog import LAYER_OPS, TRT
+from automl.catalog.runtimes._ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.errors import TrialFailed
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency, per_sample_in_turn
-from automl.pipeline.ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.pipeline.profile import SourceGraph, quantizes_nothing
 from automl.pipeline.serving_floor import busy_host
 from automl.pipeline.timers import backend_session

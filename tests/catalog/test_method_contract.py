@@ -15,9 +15,9 @@ import onnxruntime as ort
 import pytest
 
 from automl.catalog import BACKENDS, CPU, METHODS, get_method
+from automl.catalog.runtimes._ort import make_session
+from automl.catalog.runtimes._placement import check_placement, node_placements
 from automl.errors import SpecError
-from automl.pipeline._ort import make_session
-from automl.pipeline.placement import check_placement, node_placements
 from automl.pipeline.quantize import quantize_method
 from automl.targets._registry import _parse_target
 from automl.targets.presence import provider_starts

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from onnxconverter_common import float16
 
+from automl.catalog.runtimes._ort import make_session
 from automl.errors import SpecError
-from automl.pipeline._ort import make_session
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.train import accuracy
 

@@ -7,9 +7,9 @@ import torch
 from family_cases import CONV_FAMILIES, FAMILY_CASES
 
 from automl.candidate import ArchConfig
+from automl.catalog.runtimes._ort import make_session
 from automl.errors import TrialFailed
 from automl.models import build_model
-from automl.pipeline._ort import make_session
 from automl.pipeline.export import compare_logits, export_onnx
 
 pytest_plugins = ["family_data"]

@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from automl.catalog import get_backend
+from automl.catalog.runtimes._ort import make_session
 from automl.errors import SpecError, TargetUnavailable
 from automl.pipeline import latency as latency_module
 from automl.pipeline import timers as timers_module
-from automl.pipeline._ort import make_session
 from automl.pipeline.latency import (
     LatencyBudget,
     interleaved_per_sample,

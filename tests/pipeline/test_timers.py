@@ -11,9 +11,9 @@ from torch import nn
 
 from automl.catalog import CPU, Backend, get_backend
 from automl.catalog.methods.fp32 import Fp32
+from automl.catalog.runtimes._ort import make_session
 from automl.errors import TrialFailed
 from automl.pipeline import timers as timers_module
-from automl.pipeline._ort import make_session
 from automl.pipeline.latency import measure_latency
 from automl.pipeline.timers import bound_timers, open_runner
 from automl.targets import load_target

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnxruntime as ort
 
+from automl.catalog.runtimes._ort_packages import load_gpu_libraries
+from automl.catalog.runtimes._placement import RECORD_PLACEMENT
 from automl.errors import SpecError
-from automl.pipeline.ort_packages import load_gpu_libraries
-from automl.pipeline.placement import RECORD_PLACEMENT
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -53,7 +53,7 @@ def make_session(
     """Open an ORT session on the first available of ``providers`` with pinned threads.
 
     The session records which provider runs each node (read it with
-    :func:`automl.pipeline.placement.node_placements`), and its fallback is disabled, from its
+    :func:`automl.catalog.runtimes._placement.node_placements`), and its fallback is disabled, from its
     creation on: ONNX Runtime's Python session would otherwise start again on the fallback
     providers, without their options, when a provider fails to start (a TensorRT engine that
     does not build, an option it refuses), and its ``run`` would retry on the CPU alone after
@@ -74,7 +74,7 @@ def make_session(
 
     Returns:
         The session. ``get_providers()`` lists the providers it registered; where its nodes
-        run is in :func:`automl.pipeline.placement.node_placements`.
+        run is in :func:`automl.catalog.runtimes._placement.node_placements`.
     """
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads

@@ -10,12 +10,12 @@ import sys
 import onnxruntime as ort
 import pytest
 
-from automl.errors import AutomlError
-from automl.pipeline.ort_packages import (
+from automl.catalog.runtimes._ort_packages import (
     check_single_ort,
     installed_ort_builds,
     require_single_ort,
 )
+from automl.errors import AutomlError
 
 
 def test_one_build_passes() -> None:
@@ -50,7 +50,7 @@ def test_this_environment_has_one_build() -> None:
 
 def test_the_check_imports_neither_onnxruntime_nor_torch() -> None:
     code = (
-        "import sys; from automl.pipeline.ort_packages import require_single_ort; "
+        "import sys; from automl.catalog.runtimes._ort_packages import require_single_ort; "
         "require_single_ort(); "
         "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))"
     )
@@ -80,7 +80,7 @@ def test_gpu_library_versions_are_asked_of_the_loaded_libraries(tmp_path) -> Non
     )
     code = (
         "import ctypes, json, sys\n"
-        "from automl.pipeline.ort_packages import gpu_runtime_versions\n"
+        "from automl.catalog.runtimes._ort_packages import gpu_runtime_versions\n"
         "before = gpu_runtime_versions()\n"
         "for name in sys.argv[2:]: ctypes.CDLL(sys.argv[1] + '/' + name, mode=ctypes.RTLD_GLOBAL)\n"
         "print(json.dumps([before, gpu_runtime_versions()]))\n"
@@ -99,7 +99,7 @@ def test_gpu_library_versions_are_asked_of_the_loaded_libraries(tmp_path) -> Non
 
 
 def test_tensorrt_libraries_come_from_the_wheel_libnvinfer_first(tmp_path, monkeypatch) -> None:
-    from automl.pipeline.ort_packages import tensorrt_libraries
+    from automl.catalog.runtimes._ort_packages import tensorrt_libraries
 
     package = tmp_path / "tensorrt_libs"
     package.mkdir()
@@ -111,6 +111,6 @@ def test_tensorrt_libraries_come_from_the_wheel_libnvinfer_first(tmp_path, monke
 
 
 def test_a_cpu_build_loads_no_gpu_library() -> None:
-    from automl.pipeline.ort_packages import load_gpu_libraries
+    from automl.catalog.runtimes._ort_packages import load_gpu_libraries
 
     assert load_gpu_libraries() == ()

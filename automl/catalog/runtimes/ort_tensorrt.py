@@ -6,7 +6,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from automl.catalog._registry import CUDA, TRT, Backend
-from automl.catalog.backends.ort_cuda import NO_TF32
+from automl.catalog.runtimes.ort_cuda import NO_TF32
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

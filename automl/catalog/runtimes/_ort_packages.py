@@ -27,7 +27,7 @@ from automl.errors import AutomlError
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-logger = logging.getLogger("automl.pipeline.ort_packages")
+logger = logging.getLogger("automl.catalog.runtimes._ort_packages")
 
 # Distributions whose wheels install the ``onnxruntime`` import package.
 ORT_DISTRIBUTIONS = frozenset(

@@ -3,7 +3,7 @@
 ``session.get_providers()`` lists the providers a session registered, not where its nodes
 run: on a CUDA target an int8 dynamic graph registers the CUDA provider and still runs its
 ``ConvInteger`` and ``DynamicQuantizeLinear`` nodes on the CPU, because the CUDA provider has
-no kernels for them. Sessions from :func:`automl.pipeline._ort.make_session` record each node's
+no kernels for them. Sessions from :func:`automl.catalog.runtimes._ort.make_session` record each node's
 provider (``session.record_ep_graph_assignment_info``); this module reads that record
 (``get_provider_graph_assignment_info()``), counts nodes per provider, and fails a trial whose
 compute nodes run anywhere but on the target's first provider: a layer's arithmetic, and the
@@ -79,7 +79,7 @@ def node_placements(session: ort.InferenceSession) -> tuple[NodePlacement, ...]:
 
     Args:
         session: A session opened with :data:`RECORD_PLACEMENT` set to ``"1"``, as
-            :func:`automl.pipeline._ort.make_session` does.
+            :func:`automl.catalog.runtimes._ort.make_session` does.
 
     Returns:
         One record per node, in ONNX Runtime's order. Unnamed nodes are named
@@ -95,7 +95,7 @@ def node_placements(session: ort.InferenceSession) -> tuple[NodePlacement, ...]:
     if recorded != "1":
         raise AutomlError(
             f"this session does not record node placement; open it with "
-            f"automl.pipeline._ort.make_session (session option {RECORD_PLACEMENT}=1)"
+            f"automl.catalog.runtimes._ort.make_session (session option {RECORD_PLACEMENT}=1)"
         )
     placements = []
     for subgraph in session.get_provider_graph_assignment_info():

@@ -11,16 +11,16 @@ import pytest
 
 from automl.catalog import Backend, get_backend
 from automl.catalog.methods.fp32 import Fp32
-from automl.errors import AutomlError, TrialFailed
-from automl.pipeline._ort import make_session
-from automl.pipeline.latency import measure_latency
-from automl.pipeline.placement import (
+from automl.catalog.runtimes._ort import make_session
+from automl.catalog.runtimes._placement import (
     NodePlacement,
     check_placement,
     is_compute,
     node_placements,
     placement_counts,
 )
+from automl.errors import AutomlError, TrialFailed
+from automl.pipeline.latency import measure_latency
 from automl.pipeline.quantize import quantize
 from automl.targets import load_target
 
@@ -176,7 +176,7 @@ def test_the_fallback_to_the_cpu_is_disabled(exported_models) -> None:
 
 
 def test_copies_at_the_graph_s_edges_pass_and_copies_inside_it_fail() -> None:
-    from automl.pipeline.placement import check_copies
+    from automl.catalog.runtimes._placement import check_copies
 
     cuda = "CUDAExecutionProvider"
     edges = [
