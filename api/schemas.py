@@ -229,7 +229,7 @@ class TargetOut(BaseModel):
     kind: Literal["cpu", "cuda"]
     description: str
     execution_providers: list[str]
-    backends: list[str] = Field(description="latency backends, in order of preference")
+    backends: list[str] = Field(description="runtimes, in order of preference")
     methods: list[str] = Field(description="quantization methods, each on its first backend")
     precisions: list[int]
     present: bool

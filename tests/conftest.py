@@ -19,6 +19,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from zygote import Zygote
 
 from automl.catalog import _registry as catalog_registry
+from automl.catalog.runtimes import _base as runtime_registry
 from automl.inputs.data import Dataset, load_dataset
 from automl.search.spec import parse_spec
 from automl.service.create import create_study
@@ -233,7 +234,7 @@ def env(tmp_path) -> tuple[Settings, BaseStorage, FileSystemArtifactStore]:
 @pytest.fixture
 def scratch_catalog() -> Iterator[None]:
     """Catalog entries that a test defines are forgotten after it."""
-    saved = [(r, dict(r)) for r in (catalog_registry._METHODS, catalog_registry._BACKENDS)]
+    saved = [(r, dict(r)) for r in (catalog_registry._METHODS, runtime_registry._BACKENDS)]
     yield
     for registry, entries in saved:
         registry.clear()

@@ -1,4 +1,4 @@
-"""The catalog: every quantization method, latency backend and model family, one
+"""The catalog: every quantization method, runtime and model family, one
 self-describing file each.
 
 A method is a :class:`Method` subclass in ``automl/catalog/methods/``, a backend a
@@ -19,16 +19,12 @@ import pkgutil
 
 from automl.catalog import families, methods, runtimes
 from automl.catalog._registry import (
-    BACKENDS,
-    CPU,
-    CUDA,
     FAMILIES,
+    GRAPHS,
     INT8_MODES,
     LAYER_OPS,
     LAYOUTS,
     METHODS,
-    TRT,
-    Backend,
     Family,
     Method,
     first_running,
@@ -41,6 +37,7 @@ from automl.catalog._registry import (
     methods_for_bits,
     per_layer_methods,
 )
+from automl.catalog.runtimes._base import BACKENDS, CPU, CUDA, TRT, Backend, Session
 
 for _package in (methods, runtimes, families):
     for _module in pkgutil.iter_modules(_package.__path__):
@@ -52,6 +49,7 @@ __all__ = [
     "CPU",
     "CUDA",
     "FAMILIES",
+    "GRAPHS",
     "INT8_MODES",
     "LAYER_OPS",
     "LAYOUTS",
@@ -60,6 +58,7 @@ __all__ = [
     "Backend",
     "Family",
     "Method",
+    "Session",
     "first_running",
     "get_backend",
     "get_family",

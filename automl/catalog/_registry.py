@@ -1,6 +1,6 @@
 """The two kinds of catalog entry, and the registries that defining one fills.
 
-A quantization method is a subclass of :class:`Method`, a latency backend a subclass of
+A quantization method is a subclass of :class:`Method`, a runtime a subclass of
 :class:`Backend`, a model family a subclass of :class:`Family`; ``__init_subclass__`` registers
 one instance of each, so defining the class is all it takes (Olive registers its passes the same
 way). Entries are data plus one entry function: nothing here imports torch, onnx or onnxruntime,
@@ -11,15 +11,13 @@ runs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from automl.catalog._entry import Entry
+from automl.catalog.runtimes._base import BACKENDS, Backend
 from automl.errors import SpecError, UnsupportedQuantization
-
-# A Sphinx role in a docstring (":mod:`x`"), shown as plain "`x`".
-_ROLE = re.compile(r":[a-z]+:(`[^`]+`)")
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -28,12 +26,9 @@ if TYPE_CHECKING:
     import numpy as np
     from torch import nn
 
-CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 _METHODS: dict[str, Method] = {}
-_BACKENDS: dict[str, Backend] = {}
 _FAMILIES: dict[str, Family] = {}
 METHODS: Mapping[str, Method] = MappingProxyType(_METHODS)
-BACKENDS: Mapping[str, Backend] = MappingProxyType(_BACKENDS)
 FAMILIES: Mapping[str, Family] = MappingProxyType(_FAMILIES)
 # The layouts of one sample: flat features (F,), signals (C, L), images (C, H, W), or int64
 # token ids (L,) with a vocabulary.
@@ -41,36 +36,15 @@ LAYOUTS = ("features", "signals", "images", "tokens")
 # The ops a per-layer method keeps or converts one by one: its "layers".
 LAYER_OPS = ("Conv", "Gemm", "MatMul")
 INT8_MODES = ("static", "dynamic")
+# The kinds of graph a method writes, which a runtime declares it runs: plain fp32 or fp16;
+# QDQ int8 as ONNX Runtime's CPU recipe writes it (U8S8, asymmetric activations); int8 with
+# dynamic activation scales (DynamicQuantizeLinear, ConvInteger, MatMulInteger); 4-bit weights
+# (MatMulNBits); signed symmetric QDQ int8 or fp8 E4M3, as TensorRT compiles them.
+GRAPHS = ("fp32", "fp16", "qdq-int8", "dynamic-int8", "matmul-nbits", "qdq-int8-symmetric",
+          "qdq-fp8")  # fmt: skip
 
 
-class _Entry:
-    """A catalog entry: one frozen instance per subclass, registered under its ``name``."""
-
-    name: ClassVar[str]
-    _registry: ClassVar[dict[str, Any]]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "name" not in cls.__dict__:  # an abstract kind (Method, Backend), not an entry
-            return
-        if cls.name in cls._registry:
-            raise SpecError(f"{cls.__name__}: the name {cls.name!r} is already registered")
-        cls._registry[cls.name] = cls()
-
-    def __setattr__(self, key: str, value: object) -> None:
-        raise AttributeError(f"catalog entry {self.name!r} is frozen")
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
-
-    @property
-    def description(self) -> str:
-        """The entry's docstring, as plain text: what it does, in a sentence or two."""
-        text = " ".join((type(self).__doc__ or "").split())
-        return _ROLE.sub(r"\1", text).replace("``", "`")
-
-
-class Method(_Entry):
+class Method(Entry):
     """One way to quantize an fp32 ONNX graph.
 
     Attributes:
@@ -78,7 +52,9 @@ class Method(_Entry):
         bits: Bit-width of the weights (32, 16, 8 or 4).
         needs_calibration: Whether :meth:`convert` needs calibration samples.
         cache_tag: Identity of the recipe; a graph made under another tag is not reused.
-        backends: The latency backends that run its graphs.
+        graph: The kind of graph it writes (see :data:`GRAPHS`); the runtimes that run that
+            kind run it (:attr:`backends`), so a new method of a known kind needs no runtime
+            edited.
         provider_options: Options per execution provider that its graphs need (e.g.
             TensorRT's precision flags).
         unsafe_rewrites: ONNX Runtime graph rewrites that are wrong for its graphs.
@@ -95,7 +71,7 @@ class Method(_Entry):
     bits: ClassVar[int]
     needs_calibration: ClassVar[bool] = False
     cache_tag: ClassVar[str]
-    backends: ClassVar[tuple[str, ...]]
+    graph: ClassVar[str]
     provider_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
     unsafe_rewrites: ClassVar[tuple[str, ...]] = ()
     legacy: ClassVar[tuple[int, str | None] | None] = None
@@ -104,8 +80,16 @@ class Method(_Entry):
     engine_precision: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        if "name" in cls.__dict__ and getattr(cls, "graph", None) not in GRAPHS:
+            graph = getattr(cls, "graph", None)
+            raise SpecError(f"{cls.__name__}: graph {graph!r} is not one of {list(GRAPHS)}")
         super().__init_subclass__(**kwargs)
         _sorted(_METHODS, _catalog_order)
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The runtimes that run its graphs (those that declare its :attr:`graph`)."""
+        return tuple(name for name, b in BACKENDS.items() if self.graph in b.graphs)
 
     def convert(self, src: Path, dst: Path, calibration: np.ndarray | None) -> None:
         """Write ``src`` quantized by this method at ``dst``.
@@ -136,84 +120,7 @@ class Method(_Entry):
         )
 
 
-class Backend(_Entry):
-    """One way to run and time a quantized graph.
-
-    Attributes:
-        name: Stable name, used in target YAMLs and trial records.
-        providers: The session's execution providers, in order; compute nodes must run on
-            the first (see :func:`automl.catalog.runtimes._placement.check_placement`).
-        device: Where the graph runs: ``"cpu"`` or ``"cuda"``.
-        on_device: Timed device-resident (inputs and outputs bound on ``device``), rather than
-            host to host.
-        install: The command that installs its runtime, for refusals.
-        placed_ops: Operators that, beside compute (see
-            :func:`automl.catalog.runtimes._placement.is_compute`), must run on the first provider.
-        session_options: Options per provider that every session of it takes.
-        graph_options: Options per provider that replay runs as a CUDA graph.
-    """
-
-    _registry = _BACKENDS
-    providers: ClassVar[tuple[str, ...]]
-    device: ClassVar[str]
-    on_device: ClassVar[bool]
-    install: ClassVar[str]
-    placed_ops: ClassVar[tuple[str, ...]] = ()
-    session_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
-    graph_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
-
-    @property
-    def provider(self) -> str:
-        """The provider that must run the compute nodes."""
-        return self.providers[0]
-
-    @property
-    def methods(self) -> tuple[str, ...]:
-        """The methods that declare this backend, in catalog order."""
-        return tuple(name for name, m in METHODS.items() if self.name in m.backends)
-
-    def provider_options(
-        self, method: str, cache_dir: Path | None = None, *, cuda_graph: bool = False
-    ) -> dict[str, dict[str, str]]:
-        """Options per provider for a session of a ``method`` graph.
-
-        Args:
-            method: The graph's quantization method; it must be one of :attr:`methods`.
-            cache_dir: Where the provider may keep compiled engines (a folder of the stage
-                cache); ``None`` builds every engine anew.
-            cuda_graph: Replay runs as a CUDA graph (device-resident timing only).
-
-        Raises:
-            SpecError: The backend does not run ``method``.
-        """
-        if method not in self.methods:
-            raise SpecError(
-                f"backend {self.name!r} does not run method {method!r}; it runs "
-                f"{', '.join(self.methods)}"
-            )
-        layers = [self.session_options, METHODS[method].provider_options]
-        layers += [self.graph_options] if cuda_graph else []
-        layers += [self.cache_options(cache_dir)] if cache_dir is not None else []
-        merged = {p: {k: v for layer in layers for k, v in layer.get(p, {}).items()}
-                  for p in self.providers}  # fmt: skip
-        return {p: options for p, options in merged.items() if options}
-
-    def runs_cuda_graph(self, reported: Mapping[str, Mapping[str, str]]) -> bool:
-        """Whether a session's own provider options (``get_provider_options()``) turn on every
-        one of :attr:`graph_options`: the session's state, not the options asked for."""
-        on = {"1", "true"}
-        return bool(self.graph_options) and all(
-            str(reported.get(p, {}).get(key, "")).lower() in on
-            for p, options in self.graph_options.items()
-            for key in options
-        )
-
-    def cache_options(self, cache_dir: Path) -> Mapping[str, Mapping[str, str]]:
-        """Options per provider that keep compiled engines in ``cache_dir``; none by default."""
-        return {}
-
-
-class Family(_Entry):
+class Family(Entry):
     """A model family: an architecture the search builds from ``arch.*`` knobs.
 
     Attributes:
@@ -308,7 +215,7 @@ def get_backend(name: str) -> Backend:
     Raises:
         SpecError: No backend has that name; the message lists the known ones.
     """
-    return _lookup(BACKENDS, name, "latency backend")
+    return _lookup(BACKENDS, name, "runtime")
 
 
 def _lookup(registry: Mapping[str, Any], name: str, kind: str) -> Any:

@@ -82,15 +82,22 @@ def main() -> None:
 
 @app.command("targets")
 def targets_cmd(as_json: JsonOpt = False) -> None:
-    """List the known targets and mark those present on this machine."""
+    """List the known targets and their runtimes, and mark those present on this machine."""
+    from automl.catalog import BACKENDS
     from automl.report.tables import targets_table
     from automl.targets import is_present, list_targets
 
     rows = [(t, is_present(t)) for t in list_targets()]
+    refusals = {name: runtime.unavailable() for name, runtime in BACKENDS.items()}
     if as_json:
-        print_json([{"name": t.name, "kind": t.kind, "present": p} for t, p in rows])
+        print_json([
+            {"name": t.name, "kind": t.kind, "present": p,
+             "runtimes": {r: {"present": not refusals[r], "reason": refusals[r]}
+                          for r in t.backends}}
+            for t, p in rows
+        ])  # fmt: skip
     else:
-        console.print(targets_table(rows))
+        console.print(targets_table(rows, refusals))
 
 
 @app.command("methods")

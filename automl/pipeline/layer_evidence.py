@@ -29,11 +29,10 @@ import numpy as np
 
 from automl.catalog import CPU, TRT, get_method
 from automl.catalog.methods import pre_process
-from automl.catalog.runtimes._ort import feed, input_dtype, input_name, make_session
+from automl.catalog.runtimes._ort import ORT_ERRORS, feed, input_dtype, input_name, make_session
 from automl.errors import TrialFailed
 from automl.pipeline.profile import SourceGraph, engine_layer_times, layer_times, profile_graph
 from automl.pipeline.quantize import graph_input_dtype
-from automl.pipeline.timers import ORT_ERRORS
 from automl.pipeline.trt_engine import profile_engine
 
 if TYPE_CHECKING:

@@ -26,18 +26,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi import onnxruntime_pybind11_state as _state
 
-from automl.catalog import get_method
 from automl.catalog.runtimes._ort import (
     ORT_DTYPES,
+    ORT_ERRORS,
     feed,
     input_dtype,
     input_name,
-    make_session,
 )
 from automl.catalog.runtimes._ort_packages import gpu_runtime_versions
-from automl.catalog.runtimes._placement import check_copies, check_placement, node_placements
 from automl.errors import SpecError, TargetUnavailable, TrialFailed
 from automl.targets import require_present
 from automl.targets.presence import gpu_identity, provider_failure
@@ -47,14 +44,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from automl.catalog import Backend
+    from automl.catalog.runtimes._base import Session
     from automl.targets import Target
-
-# ONNX Runtime's own errors (they derive from Exception alone), and RuntimeError for the C++
-# exceptions of a provider: a session or run it refused.
-ORT_ERRORS = (
-    *(_state.Fail, _state.RuntimeException, _state.EPFail, _state.NotImplemented),
-    *(_state.InvalidArgument, _state.InvalidGraph, _state.EngineError, RuntimeError),
-)
 
 
 class _NoCudaGraph(Exception):
@@ -142,31 +133,31 @@ def backend_session(
     optimization: str = "all",
     threads: int | None = None,
     profile_prefix: str | None = None,
-) -> ort.InferenceSession:
-    """A session of ``model_path`` on the backend that measures ``method`` on ``target``.
+    batch_size: int | None = None,
+) -> Session:
+    """A session of ``model_path`` on the runtime that measures ``method`` on ``target``.
 
-    Its providers and options are the backend's (see :meth:`Backend.provider_options`), its
-    threads the target's (or ``threads``), its graph optimisation level ``optimization``; with
-    ``profile_prefix``, ONNX Runtime's profiler writes its trace there. The trial evaluates
-    accuracy in this session, so accuracy is the deployed runtime's.
+    The runtime opens it (:meth:`Backend.open_session`) with the target's threads (or
+    ``threads``), for ``batch_size`` where it compiles for a fixed batch, at the graph
+    optimisation level ``optimization``; ``cuda_graph`` and ``profile_prefix`` are ONNX
+    Runtime's (a CUDA graph replay; its profiler's trace). The trial evaluates accuracy in this
+    session, so accuracy is the deployed runtime's.
 
     Raises:
-        TrialFailed: ONNX Runtime refused the graph on the backend (its fallback is off, so a
+        TrialFailed: The runtime refused the graph (ONNX Runtime's fallback is off, so a
             provider that fails to start is never replaced by another).
     """
     backend = target.backend_for(method)
-    options = backend.provider_options(method, cache_dir, cuda_graph=cuda_graph)
-    unsafe = get_method(method).unsafe_rewrites
     threads = target.intra_op_threads if threads is None else threads
-    try:
-        return make_session(
-            model_path, backend.providers, threads, options, unsafe, optimization, profile_prefix
-        )
-    except ORT_ERRORS as e:  # e.g. a TensorRT engine that does not build
-        raise TrialFailed(
-            f"ONNX Runtime could not open this {method} graph on {backend.provider}"
-            f"{' as a CUDA graph' if cuda_graph else ''}: {type(e).__name__}: {e}"
-        ) from e
+    if profile_prefix is None and not cuda_graph:
+        return backend.open_session(
+            model_path, method, threads=threads, batch_size=batch_size, cache_dir=cache_dir,
+            optimization=optimization,
+        )  # fmt: skip
+    return backend.open_session(
+        model_path, method, threads=threads, cache_dir=cache_dir, optimization=optimization,
+        cuda_graph=cuda_graph, profile_prefix=profile_prefix,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -198,7 +189,9 @@ def open_runner(
         raise SpecError(f"need batch_size >= 1 and some inputs; got {batch_size}, {len(inputs)}")
     backend = target.backend_for(method)
     if not backend.on_device:
-        session, env = _session_on(model, target, backend, method, cache_dir, optimization)
+        session, env = _session_on(
+            model, target, backend, method, cache_dir, optimization, batch_size=batch_size
+        )
         batch = _batch(inputs, batch_size, input_dtype(session))
         return Runner(host_timer(session, batch), None, env | {"timing": "host"})
     return _bound_runner(
@@ -261,44 +254,45 @@ def _require_fixed_outputs(session: ort.InferenceSession, batch_size: int) -> No
 
 
 def _session_on(
-    model: Path | str | ort.InferenceSession,
+    model: Path | str | Session,
     target: Target,
     backend: Backend,
     method: str,
     cache_dir: Path | None,
     optimization: str,
     *,
+    batch_size: int | None = None,
     cuda_graph: bool = False,
-) -> tuple[ort.InferenceSession, dict[str, Any]]:
-    """A session of ``model`` on the backend's provider, its placement checked, and its env.
+) -> tuple[Session, dict[str, Any]]:
+    """A session of ``model`` on the runtime, its placement checked, and its env.
 
     Raises:
-        TargetUnavailable: The session does not run on the backend's first provider (ONNX
-            Runtime could not start it, or a session passed in was opened elsewhere).
-        TrialFailed: Compute nodes run on a provider other than the backend's.
+        TargetUnavailable: The session does not run on the runtime (ONNX Runtime could not
+            start its provider, or a session passed in was opened elsewhere).
+        TrialFailed: Compute nodes run on a provider other than the runtime's.
     """
     session = model
-    if not isinstance(model, ort.InferenceSession):
+    if isinstance(model, (str, os.PathLike)):
         session = backend_session(
-            model, target, method, cache_dir, cuda_graph=cuda_graph, optimization=optimization
-        )
-    provider, wanted = session.get_providers()[0], backend.provider
-    if provider != wanted:
+            model, target, method, cache_dir, cuda_graph=cuda_graph, optimization=optimization,
+            batch_size=batch_size,
+        )  # fmt: skip
+    wanted = backend.provider
+    try:
+        placement = backend.placement(session)
+    except TargetUnavailable as e:
         hint = ""
         if target.kind == "cuda":
             why = provider_failure(wanted) or "it started in a probe"
             hint = f" ({wanted} did not start: {why}; its libraries come with `{backend.install}`)"
         raise TargetUnavailable(
-            f"target {target.name!r} measures {method} on ONNX Runtime's {wanted}, but this "
-            f"session runs the model on {provider}{hint}. Latency is never measured on another "
-            "provider instead."
-        )
-    placements = node_placements(session)
-    placement = check_placement(placements, wanted, backend.placed_ops)
-    check_copies(placements, len(session.get_inputs()), len(session.get_outputs()))
-    options = session.get_provider_options().get(wanted)
-    env = env_fingerprint(provider, target.intra_op_threads, target, placement, options)
-    return session, env | {"backend": backend.name, "graph_optimization": optimization}
+            f"target {target.name!r} measures {method} on {backend.name}'s {wanted}, but {e}"
+            f"{hint}. Latency is never measured on another provider instead."
+        ) from e
+    own = backend.environment(session)
+    options = own.pop("provider_options", None)
+    env = env_fingerprint(own["provider"], target.intra_op_threads, target, placement, options)
+    return session, env | own | {"backend": backend.name, "graph_optimization": optimization}
 
 
 def env_fingerprint(

@@ -14,6 +14,8 @@ from automl.records import built_of, front_columns
 from automl.report.fitted import FitColumn, FittedTable
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from automl.catalog import Method
     from automl.search.space import SearchSpace
     from automl.search.spec import StudySpec
@@ -21,16 +23,23 @@ if TYPE_CHECKING:
     from automl.targets import Target
 
 
-def targets_table(rows: list[tuple[Target, bool]]) -> FittedTable:
-    """Targets with kind, providers, precisions and presence; a narrow terminal drops the
-    description, then the bits, and wraps the providers one name a line."""
+def targets_table(
+    rows: list[tuple[Target, bool]], refusals: Mapping[str, str | None]
+) -> FittedTable:
+    """Targets with kind, presence, runtimes (each marked absent where ``refusals`` gives it a
+    reason), precisions; a narrow terminal drops the description, then the bits, and wraps the
+    runtimes one name a line."""
+
+    def runtimes(target: Target) -> str:
+        return ", ".join(f"{r} [dim](absent)[/]" if refusals.get(r) else r for r in target.backends)
+
     return FittedTable(
         "Targets",
         [
             FitColumn("name", [t.name for t, _ in rows]),
             FitColumn("kind", [t.kind for t, _ in rows]),
             FitColumn("present", ["[green]yes[/]" if p else "[dim]no[/]" for _, p in rows]),
-            FitColumn("providers", [", ".join(t.execution_providers) for t, _ in rows]),
+            FitColumn("runtimes", [runtimes(t) for t, _ in rows]),
             FitColumn("bits", [", ".join(map(str, t.precisions)) for t, _ in rows], drop=2),
             FitColumn("description", [t.description for t, _ in rows], drop=3),
         ],

@@ -41,7 +41,7 @@ class _TargetModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
-    kind: Literal["cpu", "cuda"]
+    kind: str | None = None
     description: str
     backends: list[str] = Field(min_length=1)
     methods: list[str] | None = Field(default=None, min_length=1)
@@ -76,7 +76,7 @@ class Target:
 
     Attributes:
         name: Stable identifier, used in study names and cache keys.
-        kind: ``"cpu"`` or ``"cuda"``.
+        kind: Where its runtimes run (their ``device``): ``"cpu"`` or ``"cuda"``.
         description: One line for people.
         execution_providers: ONNX Runtime execution providers of its backends, in order.
         precisions: Bit-widths the target can run, from {32, 16, 8, 4}: those of ``methods``.
@@ -96,7 +96,7 @@ class Target:
     """
 
     name: str
-    kind: Literal["cpu", "cuda"]
+    kind: str
     description: str
     execution_providers: tuple[str, ...]
     precisions: tuple[int, ...]
@@ -133,9 +133,6 @@ def _methods(model: _TargetModel) -> tuple[tuple[str, ...], tuple[int, ...]]:
             f"target {model.name}: methods {list(methods)} must be distinct names among "
             f"{', '.join(METHODS)}; unknown: {unknown}"
         )
-    backends = [get_backend(name) for name in model.backends]
-    if any(b.device != model.kind for b in backends):
-        raise SpecError(f"target {model.name}: a {model.kind} target needs {model.kind} backends")
     orphans = [m for m in methods if first_running(model.backends, m) is None]
     if orphans:
         raise SpecError(
@@ -150,6 +147,17 @@ def _methods(model: _TargetModel) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return methods, bits
 
 
+def _kind(model: _TargetModel) -> str:
+    """The device that all the target's runtimes run on: its kind."""
+    devices = {get_backend(name).device for name in model.backends}
+    if len(devices) > 1 or (model.kind is not None and {model.kind} != devices):
+        raise SpecError(
+            f"target {model.name}: kind {model.kind!r} and runtimes {model.backends}, which run "
+            f"on {sorted(devices)}; a target's runtimes share one device, which is its kind"
+        )
+    return devices.pop()
+
+
 def _parse_target(data: object, stem: str) -> Target:
     """A target from a YAML file's data, validated; ``stem`` is the file's name."""
     try:
@@ -158,19 +166,20 @@ def _parse_target(data: object, stem: str) -> Target:
         raise SpecError(f"target file {stem}.yaml is invalid: {e}") from e
     if model.name != stem:
         raise SpecError(f"target file {stem}.yaml declares name {model.name!r}")
-    if (model.kind == "cuda") != bool(model.device_names):
+    kind = _kind(model)
+    if (kind == "cuda") != bool(model.device_names):
         raise SpecError(f"target {stem}: device_names is required exactly for kind cuda")
     if any(is_mig(n) for n in model.device_names or ()):
         raise SpecError(f"target {stem}: device_names lists a MIG slice; list whole GPUs")
-    return _to_target(model)
+    return _to_target(model, kind)
 
 
-def _to_target(model: _TargetModel) -> Target:
+def _to_target(model: _TargetModel, kind: str) -> Target:
     p = model.peaks
     methods, precisions = _methods(model)
     return Target(
         name=model.name,
-        kind=model.kind,
+        kind=kind,
         description=model.description,
         execution_providers=tuple(
             dict.fromkeys(p for b in model.backends for p in get_backend(b).providers)

@@ -186,12 +186,13 @@ def is_present(
         methods: The quantization methods to be measured (see :func:`runtime_refusal`).
 
     Returns:
-        ``True`` for cpu; for cuda, whether a GPU is one of the target's ``device_names`` and
+        For cpu, whether the runtimes of ``methods`` (its first runtime when none is given)
+        can start here (``True`` when matching by name only); for cuda, whether a GPU is one of the target's ``device_names`` and
         not a MIG slice (see :func:`device_refusal`), and, inspecting this machine, whether
         its ONNX Runtime has the providers of ``methods`` (see :func:`runtime_refusal`).
     """
     if target.kind == "cpu":
-        return True
+        return detected is not None or not any(b.unavailable() for b in _needed(target, methods))
     gpus = detect_gpu_names() if detected is None else detected
     if not matching_gpus(target, gpus):
         return False
@@ -213,10 +214,12 @@ def require_present(target: Target, methods: Sequence[str] = ()) -> None:
             was detected and why each GPU was refused, and how to run a worker on the right
             hardware. Or ONNX Runtime lacks a provider (see :func:`runtime_refusal`).
     """
-    gpus = [] if target.kind == "cpu" else detect_gpu_names()
+    if target.kind == "cpu":
+        _require_runtimes(target, methods)
+        return
+    gpus = detect_gpu_names()
     if is_present(target, gpus):
-        cpu = target.kind == "cpu"
-        refusal = None if cpu else runtime_refusal(target, _ort_providers(target, methods), methods)
+        refusal = runtime_refusal(target, _ort_providers(target, methods), methods)
         if refusal:
             raise TargetUnavailable(refusal + _start_failures(target, methods))
         return
@@ -232,6 +235,16 @@ def require_present(target: Target, methods: Sequence[str] = ()) -> None:
         "fallback. Run a worker on a machine with that GPU, sharing the study storage: "
         f"automl worker --target {target.name} --storage {_STORAGE_HINT}"
     )
+
+
+def _require_runtimes(target: Target, methods: Sequence[str]) -> None:
+    """Raise where a runtime that measures ``methods`` on ``target`` cannot start here."""
+    for runtime in _needed(target, methods):
+        if reason := runtime.unavailable():
+            raise TargetUnavailable(
+                f"target {target.name!r} measures {', '.join(methods) or 'its methods'} on "
+                f"runtime {runtime.name!r}, which cannot start on this machine: {reason}"
+            )
 
 
 def _needed(target: Target, methods: Sequence[str]) -> list[Backend]:

@@ -2,8 +2,8 @@
 
 A method defined anywhere that the catalog (or a pytest plugin) loads is tested here the moment
 it exists: it quantizes two trained digits models through the quantize stage, keeps accuracy
-within its stated drop, places its nodes on each backend that this ONNX Runtime can start, and
-is refused by a target whose backends do not run it.
+within its stated drop, places its compute on each runtime that can start here, and is refused
+by a target whose runtimes do not run it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import onnxruntime as ort
 import pytest
 
 from automl.catalog import BACKENDS, CPU, METHODS, get_method
-from automl.catalog.runtimes._ort import make_session
-from automl.catalog.runtimes._placement import check_placement, node_placements
 from automl.errors import SpecError
 from automl.pipeline.quantize import quantize_method
 from automl.targets._registry import _parse_target
@@ -31,11 +29,11 @@ MODELS = ("cnn", "mlp")
 
 
 def _starts(backend: str) -> bool:
-    """Whether every provider of ``backend`` starts here: a GPU build lists its providers even
-    where no driver lets them load."""
-    providers = BACKENDS[backend].providers
-    available = ort.get_available_providers()
-    return all(p in available and (p == CPU or provider_starts(p)) for p in providers)
+    """Whether the runtime starts here: a GPU build of ONNX Runtime lists its providers even
+    where no driver lets them load, so those are probed."""
+    runtime = BACKENDS[backend]
+    gpu = [p for p in runtime.providers if runtime.device == "cuda" and p != CPU]
+    return runtime.unavailable() is None and all(map(provider_starts, gpu))
 
 
 # (method, backend) pairs whose providers start here.
@@ -83,14 +81,10 @@ def test_a_method_keeps_accuracy_within_its_stated_drop(quantized, digits, metho
 
 @pytest.mark.parametrize(("method", "backend"), RUNNABLE)
 def test_a_method_runs_on_its_backends_with_compute_in_place(quantized, method, backend):
-    chosen, entry = BACKENDS[backend], get_method(method)
-    options = chosen.provider_options(method)
-    session = make_session(
-        quantized(method, "cnn"), chosen.providers, 1, options, entry.unsafe_rewrites
-    )
+    runtime = BACKENDS[backend]
+    session = runtime.open_session(quantized(method, "cnn"), method, threads=1, batch_size=4)
 
-    counts = check_placement(node_placements(session), chosen.provider, chosen.placed_ops)
-    assert counts.get(chosen.provider, 0) > 0
+    assert sum(runtime.placement(session).values()) > 0
 
 
 @pytest.mark.parametrize(("method", "backend"), LACKING)
@@ -109,4 +103,4 @@ def test_a_target_whose_backends_lack_a_method_refuses_it(method: str, backend: 
     with pytest.raises(SpecError, match=rf"no backend of \['{backend}'\] runs methods"):
         _parse_target(data, "probe")
     with pytest.raises(SpecError, match=f"does not run method '{method}'"):
-        chosen.provider_options(method)
+        chosen.open_session("never-opened.onnx", method, threads=1)

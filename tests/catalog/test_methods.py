@@ -55,12 +55,12 @@ def test_defining_a_method_registers_it_in_catalog_order(scratch_catalog) -> Non
     class Int2Weight(Method):
         """Two-bit weights, for this test."""
 
-        name, bits, cache_tag, backends = "int2-weight", 2, "int2", ("ort-cpu",)
+        name, bits, cache_tag, graph = "int2-weight", 2, "int2", "matmul-nbits"
 
     assert list(METHODS)[-1] == "int2-weight"
     assert get_method("int2-weight").bits == 2
     with pytest.raises(SpecError, match="'int2-weight' is already registered"):
-        type("Again", (Method,), {"name": "int2-weight"})
+        type("Again", (Method,), {"name": "int2-weight", "graph": "fp32"})
 
 
 def test_calibration_is_declared_by_the_static_methods() -> None:

@@ -9,9 +9,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from automl.catalog import Backend, get_backend
-from automl.catalog.methods.fp32 import Fp32
+from automl.catalog import get_backend
 from automl.catalog.runtimes._ort import make_session
+from automl.catalog.runtimes._ort_runtime import OrtBackend
 from automl.catalog.runtimes._placement import (
     NodePlacement,
     check_placement,
@@ -135,27 +135,20 @@ def test_a_session_that_does_not_record_is_refused(exported_models) -> None:
 def test_the_registered_provider_is_not_where_nodes_run(digits, exported_models, scratch_catalog):
     # The Azure provider registers first and takes no node: get_providers()[0] names it while
     # the CPU runs everything, as the CUDA provider does with an int8 dynamic graph.
-    class OrtAzure(Backend):
+    class OrtAzure(OrtBackend):
         """Azure first, the CPU behind it."""
 
-        name, providers, device, on_device = (
-            "ort-azure",
-            ("AzureExecutionProvider", CPU),
-            "cpu",
-            False,
-        )
+        name, graphs, device = "ort-azure", ("fp32",), "cpu"
+        providers = ("AzureExecutionProvider", CPU)
         install = "-"
 
-    class Fp32Azure(Fp32):
-        name, backends = "fp32-azure", ("ort-azure",)
-
     cpu = load_target("cpu")
-    target = dataclasses.replace(cpu, backends=(OrtAzure.name,), methods=(Fp32Azure.name,))
+    target = dataclasses.replace(cpu, backends=(OrtAzure.name,), methods=("fp32",))
     session = make_session(exported_models["mlp"], OrtAzure.providers, 1)
     assert session.get_providers()[0] == "AzureExecutionProvider"
 
     with pytest.raises(TrialFailed, match=r"Gemm '/features/features\.1/Gemm' on CPU"):
-        measure_latency(session, target, digits.x_test, 1, min_runs=10, method="fp32-azure")
+        measure_latency(session, target, digits.x_test, 1, min_runs=10, method="fp32")
 
 
 def test_a_measurement_records_its_placement(digits, exported_models) -> None:

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from automl.catalog import CPU, Backend, get_backend
-from automl.catalog.methods.fp32 import Fp32
+from automl.catalog import CPU, get_backend
 from automl.catalog.runtimes._ort import make_session
+from automl.catalog.runtimes._ort_runtime import OrtBackend
 from automl.errors import TrialFailed
 from automl.pipeline import timers as timers_module
 from automl.pipeline.latency import measure_latency
@@ -50,17 +50,15 @@ def rows() -> np.ndarray:
 def bound_cpu(scratch_catalog: None) -> Target:
     """The cpu target with a backend that times the CPU as GPU backends time a GPU."""
 
-    class OrtCpuBound(Backend):
+    class OrtCpuBound(OrtBackend):
         """The CPU, timed device-resident."""
 
-        name, providers, device, on_device = "ort-cpu-bound", (CPU,), "cpu", True
+        name, graphs, providers, device = "ort-cpu-bound", ("fp32",), (CPU,), "cpu"
+        on_device = True
         install = "pip install onnxruntime"
 
-    class Fp32Bound(Fp32):
-        name, backends = "fp32-bound", ("ort-cpu-bound",)
-
     cpu = load_target("cpu")
-    return dataclasses.replace(cpu, backends=(OrtCpuBound.name,), methods=(Fp32Bound.name,))
+    return dataclasses.replace(cpu, backends=(OrtCpuBound.name,), methods=("fp32",))
 
 
 def test_bound_runs_give_the_outputs_of_session_run(model_path: Path, rows: np.ndarray) -> None:
@@ -85,7 +83,7 @@ def test_a_cpu_measurement_is_host_to_host(model_path: Path, rows: np.ndarray) -
 def test_a_device_resident_backend_reports_both_figures(
     model_path: Path, rows: np.ndarray, bound_cpu: Target
 ) -> None:
-    latency = measure_latency(model_path, bound_cpu, rows, 4, max_runs=60, method="fp32-bound")
+    latency = measure_latency(model_path, bound_cpu, rows, 4, max_runs=60, method="fp32")
 
     assert (latency.backend, latency.timing) == ("ort-cpu-bound", "device-resident")
     assert latency.end_to_end_p50_ms > 0 and latency.runs > 0

@@ -69,9 +69,11 @@ def test_methods_and_targets_fit_80_columns_with_every_name_whole() -> None:
     assert len(methods) <= 40 and max(map(len, methods)) <= 80  # 131 lines before
     names = [line.split("│")[1].strip() for line in methods if line.startswith("│")]
     assert [n for n in names if n] == list(METHODS)
-    targets = _printed(targets_table([(t, t.name == "cpu") for t in list_targets()]), 80)
+    rows = [(t, t.name == "cpu") for t in list_targets()]
+    targets = _printed(targets_table(rows, {"openvino": "not installed"}), 80)
     assert max(map(len, targets)) <= 80 and "…" not in "".join(targets)
-    assert " ".join(targets).count("TensorrtExecutionProvider") == 4
+    assert " ".join(targets).count("ort-tensorrt") == 4
+    assert "openvino (absent)" in " ".join(targets)
 
 
 def test_a_wide_console_shows_every_column() -> None:

@@ -57,8 +57,9 @@ def test_gpu_targets_have_datasheet_peaks() -> None:
 def test_cpu_target_is_measured_host() -> None:
     cpu = load_target("cpu")
 
-    assert cpu.kind == "cpu"
-    assert cpu.execution_providers == ("CPUExecutionProvider",)
+    assert cpu.kind == "cpu"  # from its runtimes: its YAML names no kind
+    assert cpu.backends == ("ort-cpu", "openvino")
+    assert cpu.execution_providers == ("CPUExecutionProvider", "OpenVINO:CPU")
     assert cpu.device_names == ()
     assert dict(cpu.peaks.flops) == {}
     assert cpu.peaks.source == "not applicable: measured host"
@@ -159,16 +160,22 @@ def test_methods_and_precisions_load(changes: dict, methods: tuple, precisions: 
         ({"methods": None}, "list its methods"),
         ({"precisions": [32, 16]}, r"precisions \[32, 16\] differ from the bits of its methods"),
         ({"precisions": [3]}, "precisions"),
-        ({"kind": "cuda"}, "device_names is required exactly for kind cuda"),
+        ({"kind": "cuda"}, "a target's runtimes share one device, which is its kind"),
+        ({"backends": ["ort-cpu", "ort-cuda"]}, r"run on \['cpu', 'cuda'\]"),
         ({"device_names": ["NVIDIA H200"]}, "device_names is required exactly for kind cuda"),
         (
-            {"kind": "cuda", "device_names": ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]},
+            {
+                "backends": ["ort-cuda"],
+                "methods": ["fp32"],
+                "kind": None,
+                "device_names": ["NVIDIA A100-SXM4-40GB MIG 1g.5gb"],
+            },
             "lists a MIG slice",
         ),
         ({"device_match": "A100"}, "Extra inputs are not permitted"),
         ({"execution_providers": ["CPUExecutionProvider"]}, "Extra inputs are not permitted"),
-        ({"backends": ["ort-cpu", "ort-fpga"]}, "unknown latency backend 'ort-fpga'"),
-        ({"backends": ["ort-cuda"]}, "a cpu target needs cpu backends"),
+        ({"backends": ["ort-cpu", "ort-fpga"]}, "unknown runtime 'ort-fpga'"),
+        ({"backends": ["ort-cuda"], "methods": ["fp32"], "kind": None}, "device_names is required"),
         (
             {"methods": ["fp32", "int8-trt"]},
             r"no backend of \['ort-cpu'\] runs methods \['int8-trt'\]",

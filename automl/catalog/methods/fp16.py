@@ -6,8 +6,9 @@ import warnings
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from automl.catalog._registry import TRT, Method
+from automl.catalog._registry import Method
 from automl.catalog.methods._tools import tool_failure
+from automl.catalog.runtimes._base import TRT
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -22,7 +23,7 @@ class Fp16(Method):
     bits = 16
     cache_tag = "fp16-keep-io"
     engine_precision = "fp16"
-    backends = ("ort-cpu", "ort-cuda", "ort-tensorrt")
+    graph = "fp16"
     provider_options = MappingProxyType({TRT: {"trt_fp16_enable": "True"}})
     legacy = (16, None)
     accuracy_drop = 0.01

@@ -20,7 +20,7 @@ class Fp32(Method):
     name = "fp32"
     bits = 32
     cache_tag = "fp32-copy"
-    backends = ("ort-cpu", "ort-cuda")
+    graph = "fp32"
     legacy = (32, None)
     accuracy_drop = 0.0
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from automl.catalog._registry import TRT, Method
+from automl.catalog._registry import Method
 from automl.catalog.methods._tools import to_qdq
 from automl.catalog.methods.int8_trt import SYMMETRIC_FLOAT_BIAS
+from automl.catalog.runtimes._base import TRT
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,7 +25,7 @@ class Fp8Trt(Method):
     needs_calibration = True
     cache_tag = "qdq-e4m3-per-channel-distribution-float-bias"
     engine_precision = "fp8"
-    backends = ("ort-tensorrt",)
+    graph = "qdq-fp8"
     provider_options = MappingProxyType({TRT: {"trt_fp16_enable": "True"}})
     # The CPU EP's ReluQuantRewrite drops a Relu before a QuantizeLinear whose zero point is the
     # type's lowest value; in E4M3 zero is not, and a digits CNN falls to 10% accuracy. ONNX

@@ -27,7 +27,7 @@ class Int4Weight(Method):
     name = "int4-weight"
     bits = 4
     cache_tag = "matmulnbits-s4-block32or16"
-    backends = ("ort-cpu",)
+    graph = "matmul-nbits"
     legacy = (4, None)
     accuracy_drop = 0.03
 

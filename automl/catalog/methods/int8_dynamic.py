@@ -20,7 +20,7 @@ class Int8Dynamic(Method):
     name = "int8-dynamic"
     bits = 8
     cache_tag = "dynamic-s8"
-    backends = ("ort-cpu",)
+    graph = "dynamic-int8"
     legacy = (8, "dynamic")
     accuracy_drop = 0.03
 

@@ -15,7 +15,7 @@ class Int8Static(QdqMethod):
     name = "int8-static"
     bits = 8
     cache_tag = "qdq-u8s8-per-channel-reduce-range"
-    backends = ("ort-cpu",)
+    graph = "qdq-int8"
     legacy = (8, "static")
     accuracy_drop = 0.03
     qdq = MappingProxyType({"activations": "QUInt8", "reduce_range": True})

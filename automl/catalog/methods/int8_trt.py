@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from automl.catalog._registry import TRT
 from automl.catalog.methods._tools import QdqMethod
+from automl.catalog.runtimes._base import TRT
 
 # Zero points 0 on both sides, and biases left float (TensorRT's Q/DQ recipe).
 SYMMETRIC_FLOAT_BIAS = MappingProxyType(
@@ -22,7 +22,7 @@ class Int8Trt(QdqMethod):
     bits = 8
     cache_tag = "qdq-s8s8-symmetric-per-channel-float-bias"
     engine_precision = "int8"
-    backends = ("ort-tensorrt",)
+    graph = "qdq-int8-symmetric"
     provider_options = MappingProxyType(
         {TRT: {"trt_int8_enable": "True", "trt_fp16_enable": "True"}}
     )

@@ -1,1 +1,1 @@
-"""Latency backends, one file each (see :class:`automl.catalog.Backend`)."""
+"""The runtimes, one file each, on the contract of :class:`automl.catalog.Backend` (``_base.py``)."""

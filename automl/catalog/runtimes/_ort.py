@@ -6,11 +6,13 @@ A graph's input is float32 (or float16, or float64) for features and int64 for t
 
 from __future__ import annotations
 
+import os
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _state
 
 from automl.catalog.runtimes._ort_packages import load_gpu_libraries
 from automl.catalog.runtimes._placement import RECORD_PLACEMENT
@@ -19,6 +21,14 @@ from automl.errors import SpecError
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
+
+# ONNX Runtime's own errors (they derive from Exception alone), and RuntimeError for the C++
+# exceptions of a provider: a session or run it refused.
+ORT_ERRORS = (
+    *(_state.Fail, _state.RuntimeException, _state.EPFail, _state.NotImplemented),
+    *(_state.InvalidArgument, _state.InvalidGraph, _state.EngineError, RuntimeError),
+)
+
 
 # ONNX Runtime's input types, as numpy dtypes.
 ORT_DTYPES = {
@@ -103,7 +113,7 @@ def open_session(
     model: Path | str | ort.InferenceSession, providers: Sequence[str], intra_op_threads: int
 ) -> ort.InferenceSession:
     """``model`` itself if it is a session already, else :func:`make_session` on the file."""
-    if isinstance(model, ort.InferenceSession):
+    if not isinstance(model, (str, os.PathLike)):  # a session already
         return model
     return make_session(model, providers, intra_op_threads)
 

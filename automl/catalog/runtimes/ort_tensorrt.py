@@ -5,7 +5,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from automl.catalog._registry import CUDA, TRT, Backend
+from automl.catalog.runtimes._base import CUDA, TRT
+from automl.catalog.runtimes._ort_runtime import OrtBackend
 from automl.catalog.runtimes.ort_cuda import NO_TF32
 
 if TYPE_CHECKING:
@@ -13,12 +14,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-class OrtTensorrt(Backend):
+class OrtTensorrt(OrtBackend):
     """TensorRT builds an engine per graph, with the precision flags its method states; the
     Q/DQ nodes must run in TensorRT, where they would otherwise be fake quantization on the CUDA
     EP. Engines and timing caches are kept in the stage cache."""
 
     name = "ort-tensorrt"
+    graphs = ("fp16", "qdq-int8-symmetric", "qdq-fp8")
     providers = (TRT, CUDA)
     device = "cuda"
     on_device = True
