@@ -8,6 +8,7 @@ from automl.catalog import (
     FAMILIES,
     INT8_MODES,
     Method,
+    get_backend,
     get_method,
     legacy_bits,
     method_for,
@@ -186,7 +187,8 @@ class Candidate:
     ``graph_optimization`` is ONNX Runtime's graph optimisation level for the deployed graph
     (``disable``, ``basic``, ``extended`` or ``all``). ``serving`` holds the dynamic-batching
     settings of a serving study (the ``serving.*`` knobs); ``batch_size`` is then the batch
-    that isolated latency is measured at.
+    that isolated latency is measured at. ``runtime`` names the runtime that serves the graph
+    (one of the target's; ``None``: the target's first that runs the method).
     """
 
     arch: ArchConfig | None
@@ -201,6 +203,7 @@ class Candidate:
     graph_optimization: str = "all"
     serving: Batching | None = None
     keep_fp32: int = 0
+    runtime: str | None = None
 
     def __post_init__(self) -> None:
         if self.graph_optimization not in GRAPH_OPTIMIZATIONS:
@@ -209,6 +212,8 @@ class Candidate:
                 f"{self.graph_optimization!r}"
             )
         get_method(self.method)  # an unknown name is refused, with the known ones
+        if self.runtime is not None:
+            get_backend(self.runtime)
         if self.batch_size < 1:
             raise SpecError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.keep_fp32 < 0 or (self.keep_fp32 and not self.quant_method.per_layer):
@@ -329,6 +334,8 @@ def describe(values: dict, built: Built | None = None) -> str:
     parts.append(f"batch {values['batch_size']}")
     if (level := values.get("graph_optimization", "all")) != "all":
         parts.append(f"graph-opt {level}")
+    if runtime := values.get("runtime"):
+        parts.append(f"on {runtime}")
     if serving := values.get("serving"):  # the dynamic batcher's settings
         parts.append(
             f"serve ≤{serving['max_batch']} wait {serving['max_queue_delay_ms']:g} ms"

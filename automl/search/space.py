@@ -58,6 +58,7 @@ KEYS = (
     "kd_alpha",
     "kd_temperature",
     "graph_optimization",
+    "runtime",
     "serving.max_batch",
     "serving.max_queue_delay_ms",
     "serving.instances",
@@ -71,7 +72,7 @@ KEYS = (
 EXTRA_PREFIX = "arch.extra."
 # Knobs that change how a model is deployed, not its weights.
 DEPLOYMENT_KEYS = (
-    "bits", "int8_mode", "method", "keep_fp32", "batch_size", "graph_optimization",
+    "bits", "int8_mode", "method", "keep_fp32", "batch_size", "graph_optimization", "runtime",
     "serving.max_batch", "serving.max_queue_delay_ms", "serving.instances",
 )  # fmt: skip
 # The serving knobs of :meth:`SearchSpace.capacity_first`: True takes the largest value.

@@ -8,6 +8,7 @@ neither torch nor onnxruntime. Whether this machine has a target's GPU and runti
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from importlib import resources
@@ -120,6 +121,26 @@ class Target:
                 f"{', '.join(self.methods)}"
             )
         return backend
+
+    def on_runtime(self, runtime: str | None) -> Target:
+        """This target measuring on ``runtime`` alone (one of :attr:`backends`), with the
+        methods it runs; itself for ``None``.
+
+        Raises:
+            SpecError: The target does not offer ``runtime``.
+        """
+        return self if runtime is None else _narrowed(self, runtime)
+
+
+def _narrowed(target: Target, runtime: str) -> Target:
+    """``target`` with ``runtime`` as its only runtime, and the methods it runs."""
+    if runtime not in target.backends:
+        raise SpecError(
+            f"target {target.name!r} offers the runtimes {', '.join(target.backends)}, not "
+            f"{runtime!r}"
+        )
+    methods = tuple(m for m in target.methods if m in get_backend(runtime).methods)
+    return dataclasses.replace(target, backends=(runtime,), methods=methods)
 
 
 def _methods(model: _TargetModel) -> tuple[tuple[str, ...], tuple[int, ...]]:

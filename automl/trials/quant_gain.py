@@ -67,17 +67,21 @@ def measure_gain(
         fp32_ms, own_ms = _fp32_beside(
             exported.path, quantized, latency, target, data, batch, level
         )
+        runtime = target.backend_for(quantized.method)
         profiles = {
             name: profile_graph(path, target, method, data.x_test, batch, optimization=level)
             for name, path, method in (
                 ("fp32", exported.path, "fp32"),
                 ("quantized", quantized.path, quantized.method),
             )
+            if runtime.profiles
         }
     gain = fp32_ms / own_ms
     note = None
     if stages.method.per_layer and quantizes_nothing(SourceGraph(quantized.path)):
         note = ALL_KEPT
+    elif gain <= 1 and not profiles:
+        note = f"on {runtime.name}, this graph ran no faster than its fp32 graph ({gain:.2f}x)"
     elif gain <= 1:
         graph = SourceGraph(exported.path)
         note = explain_no_gain(graph, profiles["quantized"], profiles["fp32"], gain)

@@ -22,10 +22,10 @@ from automl.pipeline.serving_floor import busy_host
 from automl.pipeline.timers import backend_session
 from automl.pipeline.trt_engine import ENGINE_RECORD, check_engine_precision
 from automl.records import BUILT, QUANTIZATION_GAIN
-from automl.targets import require_present
 from automl.targets.gpus import measurement_lock
 from automl.targets.presence import gpu_identity
 from automl.trials.baseline import BaselineFigures, is_unmodified, measure_baseline
+from automl.trials.deployment import Deployment
 from automl.trials.quant_gain import measure_gain
 from automl.trials.screen import RateToBeat, serve_screened
 from automl.trials.stage_cache import content_key
@@ -121,13 +121,14 @@ def run_trial(
         it (see :mod:`automl.trials.quant_gain`).
 
     Raises:
-        TargetUnavailable: Before any work, when the target's hardware is absent or ONNX
-            Runtime here lacks its execution provider (see :func:`require_present`).
+        TargetUnavailable: Before any work, when the target's hardware is absent or the
+            runtime cannot start here (see :class:`automl.trials.deployment.Deployment`).
         UnsupportedQuantization: The bit-width does not apply to this model.
         TrialFailed: A stage could not produce a valid candidate, or the host was too busy to
             measure it under load.
     """
-    require_present(target, [candidate.quant_method.name])
+    deployment = Deployment.resolve(target, candidate)
+    unmodified, target = target, deployment.target
     stages = CachedStages(
         candidate, data, Path(workdir), seed, threads, _torch_device(target), cache, trained,
         target, drop_budget(constraints), accuracy_floor(constraints),
@@ -163,7 +164,9 @@ def run_trial(
         metrics[QUANTIZATION_GAIN] = gain["gain"]
     baseline = None
     if trained is not None:
-        baseline = _baseline(stages, target, data, metrics, baseline_batch, timings, quantized)
+        baseline = _baseline(
+            stages, unmodified, data, metrics, baseline_batch, timings, quantized
+        )  # the user's model as deployed today: on the target's own runtime
         metrics.update(baseline.compare(metrics))
     served = None
     if serving is not None:
@@ -189,6 +192,7 @@ def run_trial(
             "confusion": [list(row) for row in evaluation.confusion],
             "test_confusion": [list(row) for row in test_evaluation.confusion],
             "onnx_max_abs_diff": onnx_diff,
+            "deployment": deployment.as_dict(),
             **({"layers": built["layers"]} if "layers" in built else {}),
             BUILT: what_was_built(
                 stages.method, quantized, _fp32_graph(stages, quantized, timings)
@@ -242,7 +246,9 @@ def evaluate_and_measure(
         optimization: ONNX Runtime's graph optimisation level of every session.
     """
     with timed(timings, "evaluate"):
-        session = backend_session(model_path, target, method, engine_dir, optimization=optimization)
+        session = backend_session(
+            model_path, target, method, engine_dir, optimization=optimization, batch_size=batch_size
+        )
         # At the serving batch: dynamic int8 scales depend on the batch.
         evaluations = tuple(
             evaluate(session, x, y, num_classes=data.num_classes, batch_size=batch_size)

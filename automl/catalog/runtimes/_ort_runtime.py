@@ -34,6 +34,7 @@ class OrtBackend(Backend):
         graph_options: Options per provider that replay runs as a CUDA graph.
     """
 
+    profiles = True
     placed_ops: ClassVar[tuple[str, ...]] = ()
     session_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
     graph_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
