@@ -14,7 +14,8 @@ import math
 from functools import partial
 from typing import TYPE_CHECKING
 
-from automl.errors import SpecError
+from automl.catalog import get_backend
+from automl.errors import SpecError, TargetUnavailable
 from automl.fleet.tracking import tracker
 from automl.search.compat import study_methods
 from automl.search.space import load_space, with_scenario
@@ -54,7 +55,8 @@ def prepare_studies(
             is created, so a dead server leaves nothing queued.
 
     Raises:
-        TargetUnavailable: Not detached, and no spec's target can be measured here.
+        TargetUnavailable: Not detached, and no spec's target can be measured here, or a
+            space searches a runtime that cannot start here (see :func:`check_runtimes`).
         InputRefused: A trained model scores at chance, or cannot be loaded or exported.
         SpecError: A serving study's load harness is too slow for its SLO here (see
             :func:`check_harness`).
@@ -72,7 +74,10 @@ def prepare_studies(
 
         if not runnable:
             require_present(load_target(specs[0].target), study_methods(specs[0]))
-        checks += (partial(_track, tracking_uri, runnable), check_study_model, check_harness)
+        checks += (
+            check_runtimes, partial(_track, tracking_uri, runnable), check_study_model,
+            check_harness,
+        )  # fmt: skip
 
     def create(spec: StudySpec) -> None:
         create_checked(checked[spec.name], store)
@@ -87,6 +92,20 @@ def _track(tracking_uri: str | None, runnable: Sequence[StudySpec], spec: StudyS
     """Open the tracking experiment of ``spec`` where it runs here."""
     if spec in runnable:
         tracker(tracking_uri, spec)
+
+
+def check_runtimes(spec: StudySpec) -> None:
+    """Refuse a study whose space searches a runtime that cannot start here, in one line.
+
+    Raises:
+        TargetUnavailable: A runtime of the space's ``runtime`` knob cannot start.
+    """
+    for runtime in sorted(load_space(spec.search_space).runtime_choices()):
+        if reason := get_backend(runtime).unavailable():
+            raise TargetUnavailable(
+                f"search space {spec.search_space!r} searches runtime {runtime!r}, which "
+                f"cannot start on this machine: {reason}"
+            )
 
 
 def check_harness(spec: StudySpec) -> None:

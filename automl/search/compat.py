@@ -91,6 +91,18 @@ def check_target(space: SearchSpace, target: Target) -> None:
             f"search space {space.name!r} names methods {named}, which target "
             f"{target.name!r} cannot run; it runs {list(target.methods)}"
         )
+    _check_runtimes(space, target)
+
+
+def _check_runtimes(space: SearchSpace, target: Target) -> None:
+    """Refuse runtimes the target does not offer, and methods one of them does not run."""
+    for runtime in sorted(space.runtime_choices()):
+        lacking = sorted(space_methods(space) - set(target.on_runtime(runtime).methods))
+        if lacking:
+            raise SpecError(
+                f"search space {space.name!r} searches runtime {runtime!r}, which does not run "
+                f"methods {lacking}; name only methods that every runtime of the space runs"
+            )
 
 
 def space_methods(space: SearchSpace) -> set[str]:

@@ -218,6 +218,11 @@ class SearchSpace(BaseModel):
             for value in param_values(param)
         }
 
+    def runtime_choices(self) -> set[str]:
+        """Every runtime the space names (its ``runtime`` knob)."""
+        return {str(v) for n, p in self.params.items() if (p.sets or n) == "runtime"
+                for v in param_values(p)}  # fmt: skip
+
     def capacity_first(self) -> dict[str, Scalar]:
         """Serving knobs of a max-rate study's first trial: the most ``serving.instances`` and
         the largest ``serving.max_batch`` the space searches, and its middle

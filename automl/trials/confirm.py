@@ -80,7 +80,8 @@ def confirm_latency(
     if not broken or latency.get("over_budget"):
         return None
     try:
-        return _remeasure(model_path, target, data, candidate, latency["method"], broken, cache)
+        deployed = target.on_runtime(candidate.runtime)  # on the runtime it was measured on
+        return _remeasure(model_path, deployed, data, candidate, latency["method"], broken, cache)
     except Exception as e:  # ONNX Runtime's, TensorRT's: the first measurement stands
         return {"error": f"{type(e).__name__}: {e}"}
 

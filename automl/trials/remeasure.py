@@ -23,6 +23,7 @@ from automl.service.studies import load
 from automl.settings import get_settings
 from automl.targets import load_target
 from automl.targets.gpus import measurement_lock
+from automl.trials.deployment import Deployment
 from automl.trials.stage_cache import stage_cache
 from automl.trials.trial import engine_folder
 
@@ -101,17 +102,16 @@ def remeasure_front(
             except ArtifactNotFound:
                 raise ModelMissing(missing_model(name, record["number"], attrs[ARTIFACT_ID],
                                                  artifact_store)) from None  # fmt: skip
-            batch = attrs["candidate"]["batch_size"]
-            method = attrs.get("latency", {}).get("method", "fp32")
-            level = attrs["candidate"].get("graph_optimization", "all")
+            deployed = Deployment.of_record(target, attrs)  # its runtime, batch and method
+            batch, method = deployed.batch_size, deployed.method
             # Alone on a shared GPU, and on the TensorRT engine the trial built (its cache's).
             with (
                 measurement_lock(target),
-                engine_folder(path, batch, target, method, cache) as engines,
+                engine_folder(path, batch, deployed.target, method, cache) as engines,
             ):
                 run_once, env = ort_run_timer(
-                    path, target, data.x_test, batch, method=method, optimization=level,
-                    cache_dir=engines,
+                    path, deployed.target, data.x_test, batch, method=method,
+                    optimization=deployed.optimization, cache_dir=engines,
                 )  # fmt: skip
                 samples, stop = sample_until_decided(
                     run_once, batch, kept, min_runs=_MIN_RUNS, rel_ci=_REL_CI,
