@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from automl.catalog import get_backend
 from automl.errors import SpecError
 from automl.pipeline.gpu_warmup import gpu_state, warm_up_by_time
 from automl.pipeline.latency_decision import quantile_interval
@@ -74,9 +75,9 @@ class Latency(LatencyStats):
         converged: The CI target was reached before a cap stopped the runs.
         over_budget: The runs stopped early, all over a latency budget (see
             :class:`LatencyBudget`): the candidate is infeasible, and its times are few.
-        source: The runtime that timed it: ``"onnxruntime"``.
+        source: The package of the runtime that timed it: ``"onnxruntime"``, ``"openvino"``.
         provider: The execution provider that really ran the model.
-        backend: The latency backend (see :mod:`automl.catalog`).
+        backend: The runtime (see :mod:`automl.catalog.runtimes`).
         timing: ``"host"`` (numpy in and out), ``"device-resident"`` or ``"device-resident,
             cuda-graph"`` (see :mod:`automl.pipeline.timers`): what the percentiles time.
         end_to_end_p50_ms: Median of runs with the copies to the device and back: the p50
@@ -246,7 +247,7 @@ def measure_latency(
         **asdict(stats),
         converged=stop == "converged",
         over_budget=stop == "over_budget",
-        source="onnxruntime",
+        source=get_backend(timer.env["backend"]).package,
         provider=timer.env["provider"],
         backend=timer.env["backend"],
         timing=timer.env["timing"],

@@ -62,6 +62,7 @@ class Backend(Entry, ABC):
         on_device: Timed device-resident (inputs and outputs bound on ``device``), rather than
             host to host.
         install: The command that installs it, for refusals.
+        package: The Python package it runs in, as measurements record it.
         profiles: Whether :mod:`automl.pipeline.profile` can time its graphs per operator
             (ONNX Runtime's profiler); a quantized trial on a runtime without it records its
             gain over fp32 without the operators' times.
@@ -73,6 +74,7 @@ class Backend(Entry, ABC):
     device: ClassVar[str]
     on_device: ClassVar[bool] = False
     install: ClassVar[str]
+    package: ClassVar[str]
     profiles: ClassVar[bool] = False
 
     @property

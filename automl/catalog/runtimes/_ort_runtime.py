@@ -35,6 +35,7 @@ class OrtBackend(Backend):
     """
 
     profiles = True
+    package = "onnxruntime"
     placed_ops: ClassVar[tuple[str, ...]] = ()
     session_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})
     graph_options: ClassVar[Mapping[str, Mapping[str, str]]] = MappingProxyType({})

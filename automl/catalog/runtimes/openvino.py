@@ -27,8 +27,10 @@ DEVICE = "CPU"
 # ONNX's element types, named as ONNX Runtime names them, by OpenVINO's.
 _TYPES = {"f32": "tensor(float)", "f16": "tensor(float16)", "f64": "tensor(double)",
           "i64": "tensor(int64)", "i32": "tensor(int32)"}  # fmt: skip
-# Layer types whose precision says whether a layer ran quantized.
-_COMPUTE = ("Convolution", "FullyConnected", "MatMul", "GroupConvolution", "Deconvolution")
+# The operations of a read model that are a graph's layers (Conv, Gemm and MatMul in ONNX).
+_LAYERS = ("Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData")
+# The compiled kernels that run a layer (under the name of their output, at times).
+_KERNELS = ("Convolution", "FullyConnected", "MatMul", "GroupConvolution", "Deconvolution")
 _INT8 = ("u8", "i8")
 
 
@@ -48,6 +50,7 @@ class OpenVino(Backend):
     providers = ("OpenVINO:CPU",)
     device = "cpu"
     install = "pip install 'automl[openvino]'"
+    package = "openvino"
 
     def unavailable(self) -> str | None:
         """``None`` where the openvino package imports and lists the CPU."""
@@ -89,16 +92,18 @@ class OpenVino(Backend):
             model = core.read_model(str(model_path))
             if batch_size is not None:
                 model.reshape({port: _fixed(port, batch_size) for port in model.inputs})
+            layers = {op.get_friendly_name() for op in model.get_ordered_ops()
+                      if op.get_type_name() in _LAYERS}  # fmt: skip
             compiled = core.compile_model(model, DEVICE, config)
         except RuntimeError as e:
             raise TrialFailed(
                 f"OpenVINO could not compile this {method} graph: {type(e).__name__}: {e}"
             ) from e
-        return OpenVinoSession(compiled, batch_size)
+        return OpenVinoSession(compiled, batch_size, layers)
 
     def placement(self, session: Any) -> dict[str, int]:
-        """Compute layers per type and runtime precision (``Convolution:u8``): which ran in
-        int8."""
+        """The graph's layers per compiled operation and its precision (``Convolution:u8``,
+        ``Subgraph:f32`` for layers fused into one kernel): which ran in int8."""
         if not isinstance(session, OpenVinoSession):
             raise TargetUnavailable(f"this session is a {type(session).__name__}, not OpenVINO's")
         return session.layer_precisions()
@@ -125,8 +130,9 @@ class OpenVinoSession:
     :class:`automl.catalog.Session`). Compiled for a fixed batch, it pads a shorter feed and
     splits a longer one."""
 
-    def __init__(self, compiled: Any, batch_size: int | None) -> None:
+    def __init__(self, compiled: Any, batch_size: int | None, layers: set[str]) -> None:
         self._compiled = compiled
+        self._layers = layers
         self._request = compiled.create_infer_request()
         self._batch = batch_size
         self._inputs = [p.get_any_name() for p in compiled.inputs]
@@ -162,14 +168,17 @@ class OpenVinoSession:
         return self._request.infer(full).to_tuple()
 
     def layer_precisions(self) -> dict[str, int]:
-        """Compute layers of the compiled model per ``type:precision``."""
+        """The graph's layers per ``type:precision`` of the compiled operation that ran them."""
         counts: dict[str, int] = {}
         for op in self._compiled.get_runtime_model().get_ordered_ops():
             info = op.get_rt_info()
+            names = info["originalLayersNames"].astype(str).split(",")
+            ran = {layer for layer in self._layers
+                   for name in names if name == layer or name.startswith(f"{layer}/")}  # fmt: skip
             kind = info["layerType"].astype(str)
-            if kind in _COMPUTE:
+            if n := max(len(ran), kind in _KERNELS):
                 key = f"{kind}:{info['runtimePrecision'].astype(str)}"
-                counts[key] = counts.get(key, 0) + 1
+                counts[key] = counts.get(key, 0) + n
         return counts
 
     def int8_layers(self) -> int:
