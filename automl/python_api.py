@@ -3,7 +3,7 @@
 Both go through the functions that ``automl study start`` and the REST API call: the study is
 created by :func:`automl.service.create.create_study`, its trials run in
 :func:`automl.fleet.study_loop.run_study_loop`, and the front is re-measured at the end by
-:func:`automl.trials.remeasure.remeasure_front`. So a study started here can be resumed,
+:func:`automl.fleet.remeasure.remeasure_front`. So a study started here can be resumed,
 inspected or served by the CLI and the API, and the other way round.
 """
 
@@ -99,7 +99,7 @@ def optimize(
         progress: Show a progress bar (rich in a terminal, tqdm in a notebook), or one line
             per finished trial on stderr where there is neither.
         remeasure: Measure the front's latency again once the study is done, to decide
-            latency budgets on more runs (see :func:`automl.trials.remeasure.remeasure_front`).
+            latency budgets on more runs (see :func:`automl.fleet.remeasure.remeasure_front`).
         retry_failed: Let a study that ended on too many failed trials run again.
         mlflow_uri: Log each trial as an MLflow run there (the ``mlflow`` extra); defaults to
             the ``AUTOML_MLFLOW_URI`` setting, off when unset.
@@ -157,7 +157,7 @@ def optimize(
         ended = _run(study_spec.name, store, settings, bar)
     artifact_store = open_artifact_store(settings)
     if ended in _FINISHED and remeasure:
-        from automl.trials.remeasure import remeasure_front
+        from automl.fleet.remeasure import remeasure_front
 
         remeasure_front(study_spec.name, store, artifact_store, settings=settings)
     _say_how_it_ended(study_spec.name, ended)

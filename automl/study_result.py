@@ -1,7 +1,7 @@
 """The object :func:`automl.optimize` and :func:`automl.load` return: a study and its reads.
 
 Every read goes through the functions the CLI and the REST API call (``automl.service``,
-``automl.trials.decide``, ``automl.report.html``), so the three ways in show the same front.
+``automl.fleet.decide``, ``automl.report.html``), so the three ways in show the same front.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class StudyResult:
 
         A budget on a latency metric is decided on new runs of the front's models on this
         machine when it has the study's target, and a trial within noise of the budget is
-        passed over (see :func:`automl.trials.decide.pick_trial`, which also says why).
+        passed over (see :func:`automl.fleet.decide.pick_trial`, which also says why).
 
         Args:
             metric: The metric to optimise in its natural direction, e.g. ``accuracy``.
@@ -80,7 +80,7 @@ class StudyResult:
             SpecError: Unknown metric or malformed budget.
             TrialNotFound: The front is empty, or no front trial meets the budget.
         """
-        from automl.trials.decide import pick_trial
+        from automl.fleet.decide import pick_trial
 
         pick = pick_trial(
             self.name, self._storage, metric, budget, artifact_store=self._artifact_store

@@ -10,7 +10,7 @@ see the same load on the machine:
 
 - ``recorded + fresh``: each front model measured anew with ``measure_latency``'s defaults (what
   a second identical study would record), and the budget checked on that p99, as exports did;
-- ``re-measured``: :func:`automl.trials.decide.pick_trial`, which times each front model until the
+- ``re-measured``: :func:`automl.fleet.decide.pick_trial`, which times each front model until the
   budget is decided or ``--seconds`` pass, and passes over trials within noise of it.
 
 It prints, per mode, how often the pick changed from one export to the next (a ratio of the
@@ -30,14 +30,14 @@ import optuna
 from optuna.artifacts import download_artifact
 
 from automl.errors import AutomlError
+from automl.fleet.decide import pick_trial
+from automl.fleet.remeasure import REMEASURED_ATTR
 from automl.inputs.data import load_dataset
 from automl.pipeline.latency import measure_latency
 from automl.records import ARTIFACT_ID
 from automl.service.read import pareto_front
 from automl.storage.factory import open_artifact_store, open_storage
 from automl.targets import load_target
-from automl.trials.decide import pick_trial
-from automl.trials.remeasure import REMEASURED_ATTR
 from bench._common import run_study
 
 NAME = "stability"

@@ -20,7 +20,7 @@ FORBIDDEN = {
     ),
     "automl/search": ("automl.trials", "automl.fleet", "automl.service", "automl.report"),
     "automl/pipeline": ("automl.trials", "automl.fleet", "automl.service", "automl.search"),
-    "automl/trials": ("automl.fleet", "automl.report"),  # remeasure reads fronts via service
+    "automl/trials": ("automl.fleet", "automl.report", "automl.service"),
 }  # fmt: skip
 
 

@@ -222,10 +222,10 @@ def export(
     config.pbtxt (ONNX Runtime backend, the batcher and instances found, the session's threads
     as measured) and 1/model.onnx.
     """
+    from automl.fleet.decide import pick_trial
     from automl.service.exports import export_model
     from automl.service.triton import model_name as triton_name
     from automl.storage.factory import open_artifact_store
-    from automl.trials.decide import pick_trial
 
     if (trial is None) == (best is None):
         raise fail(AutomlError("give exactly one of --trial N or --best METRIC"))

@@ -333,9 +333,9 @@ def _stored_spec(store: BaseStorage, overrides: dict) -> list | None:
 
 
 def _print_remeasured(name: str, store: BaseStorage, *, settings: Settings) -> None:
+    from automl.fleet.remeasure import remeasure_front
     from automl.report.tables import remeasured_lines
     from automl.storage.factory import open_artifact_store
-    from automl.trials.remeasure import remeasure_front
 
     artifacts = open_artifact_store(settings)
     results = remeasure_front(name, store, artifacts, settings=settings)

@@ -269,7 +269,7 @@ def comparison_table(comparison: dict) -> Table:
 
 def remeasured_lines(number: int, latency: dict) -> list[str]:
     """What a re-measure of one front trial found, each figure labelled (see
-    :func:`automl.trials.remeasure.remeasure_front`), and why its p99 moved when it moved by
+    :func:`automl.fleet.remeasure.remeasure_front`), and why its p99 moved when it moved by
     more than the new interval."""
     p99 = latency["intervals"]["latency_p99_ms"]
     low, high = p99["low_ms"], p99["high_ms"]

@@ -6,7 +6,7 @@ import hashlib
 import json
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from automl.inputs.data import DESCRIPTION_ATTR, cached_dataset, describe_dataset
 from automl.records import ARTIFACT_ID, RECORDED_METRICS, TrialRecord, built_of
@@ -14,6 +14,8 @@ from automl.service.read import model_trial
 from automl.service.studies import TrialNotFound
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from onnx import GraphProto, ModelProto
     from optuna.artifacts import FileSystemArtifactStore
     from optuna.storages import BaseStorage
@@ -39,6 +41,7 @@ METADATA_FIELDS = (
     "input",
     "output",
     "measured_with",
+    "runtime",
 )
 METADATA_PREFIX = "automl."
 
@@ -85,12 +88,13 @@ def export_model(
     ``raw_input`` (dtype and train range of the raw inputs), ``preprocessing`` (its formula,
     mean and std), ``input``, ``output`` (raw logits, no softmax), ``measured_with`` (provider,
     latency backend and its timing, threads and batch size of the recorded accuracies and
-    latency) and the ``sha256`` of the
-    written model file. The fields in :data:`METADATA_FIELDS` are also the model's
-    ``metadata_props``, JSON-encoded under ``automl.<field>``; the file's own hash cannot be
-    among them, so it is in the sidecar only. ``deployed`` says what the file is, where the
-    ``candidate`` says what was asked: its label, the method of its graph (``fp32`` where a
-    per-layer method kept every layer) and the widths that pruning kept.
+    latency), ``runtime`` (the runtime the trial was measured on, its version and settings: see
+    :func:`measured_runtime`) and the ``sha256`` of the written model file. The fields in
+    :data:`METADATA_FIELDS` are also the model's ``metadata_props``, JSON-encoded under
+    ``automl.<field>``; the file's own hash cannot be among them, so it is in the sidecar only.
+    ``deployed`` says what the file is, where the ``candidate`` says what was asked: its label,
+    the method of its graph (``fp32`` where a per-layer method kept every layer) and the widths
+    that pruning kept.
 
     Args:
         name: The study.
@@ -142,6 +146,7 @@ def export_model(
         "inputs": [_io(v) for v in model.graph.input],
         "outputs": [_io(v) for v in model.graph.output],
         **_deployment(trial, spec, model.graph),
+        "runtime": measured_runtime(trial.user_attrs),
     }
     _set_metadata(model, {key: sidecar[key] for key in METADATA_FIELDS})
     onnx.save(model, str(out))
@@ -225,6 +230,33 @@ def _deployment(trial: FrozenTrial, spec: StudySpec, graph: GraphProto) -> dict:
             "onnxruntime": env.get("onnxruntime"),
         },
     }
+
+
+def measured_runtime(attrs: Mapping[str, Any]) -> dict:
+    """The runtime a trial was measured on, from its user ``attrs``: ``name``, ``version`` and
+    the ``settings`` it ran with.
+
+    The name is the trial's recorded deployment's (``history.deployment``); a trial recorded
+    before deployments were names it in ``env.backend``, and one older still ran on ``ort-cpu``.
+    OpenVINO's settings are its compiled model's (``env.openvino_config``) and its version the
+    release (the build is in ``env.openvino``); ONNX Runtime's are the intra-op threads and the
+    graph optimisation level.
+    """
+    env = attrs.get("env") or {}
+    deployment = (attrs.get("history") or {}).get("deployment") or {}
+    name = deployment.get("runtime") or env.get("backend") or "ort-cpu"
+    if name == "openvino":
+        version, settings = env.get("openvino"), env.get("openvino_config")
+    else:
+        asked = (attrs.get("candidate") or {}).get("graph_optimization")
+        optimization = env.get("graph_optimization") or deployment.get("optimization") or asked
+        version = env.get("onnxruntime")
+        settings = {
+            "intra_op_threads": env.get("intra_op_threads", deployment.get("threads")),
+            "graph_optimization": optimization or "all",
+        }
+    release = version.partition("-")[0] if isinstance(version, str) else version
+    return {"name": name, "version": release, "settings": settings}
 
 
 def _set_metadata(model: ModelProto, fields: dict) -> None:

@@ -1,6 +1,6 @@
-"""A trial as a Triton Inference Server model: the ONNX Runtime backend, with the dynamic
-batching and instances that its serving study found, and the session settings it was measured
-with.
+"""A trial as a Triton Inference Server model: the backend of the runtime it was measured on
+(ONNX Runtime's, or OpenVINO's for a trial measured on OpenVINO), with the dynamic batching and
+instances that its serving study found, and the session settings it was measured with.
 
 :func:`triton_config` writes ``config.pbtxt`` from an export's sidecar; the CLI's
 ``automl study export --format triton`` lays out the repository entry around it:
@@ -26,6 +26,12 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # whole name: it is a folder 
 # ONNX Runtime's graph optimisation levels as the backend's optimization.graph.level gives them;
 # "all", the backend's default, goes unsaid.
 _GRAPH_LEVELS = {"basic": -1, "extended": 1, "disable": 2}
+# The compiled model's settings (automl.catalog.runtimes.openvino) that the OpenVINO backend
+# takes as parameters, and those it has none for (its CPU pins threads by default, and may run
+# fp32 graphs in bf16 where the CPU has it).
+_OPENVINO = ("PERFORMANCE_HINT", "NUM_STREAMS")
+_NOT_SET = ("ENABLE_CPU_PINNING", "INFERENCE_PRECISION_HINT")
+_FILE = "model.onnx"  # the backend's default is model.xml, OpenVINO's own format
 
 
 def model_name(given: str | None, study: str) -> str:
@@ -52,7 +58,10 @@ def triton_config(sidecar: dict, name: str, device: str) -> str:
     serving study brings its batcher (``max_batch``, ``max_queue_delay_ms``) and its instance
     count; any other trial serves at its measured batch size, one instance, the delay at 0.
     Each instance's ONNX Runtime session gets the threads, the sequential execution and the
-    graph optimisation level that the trial was measured with (see :func:`_session`).
+    graph optimisation level that the trial was measured with (see :func:`_session`); a trial
+    measured on OpenVINO (the sidecar's ``runtime``) is served by Triton's ``openvino`` backend,
+    reading the ONNX file, with its threads, hint and streams as measured (see
+    :func:`_openvino`).
 
     Args:
         sidecar: What :func:`automl.service.exports.export_model` returned.
@@ -67,15 +76,23 @@ def triton_config(sidecar: dict, name: str, device: str) -> str:
     }
     kind = "KIND_GPU" if device == "cuda" else "KIND_CPU"
     delay_us = round(serving["max_queue_delay_ms"] * 1000)
+    runtime = sidecar.get("runtime") or {}
+    instances = served["instances"] if served else None
+    env = sidecar.get("env") or {}
+    if runtime.get("name") == "openvino":
+        backend = ['backend: "openvino"', f'default_model_filename: "{sidecar.get("file", _FILE)}"']
+        settings = _openvino(env, runtime.get("settings") or {}, instances)
+    else:
+        backend, settings = ['backend: "onnxruntime"'], _session(env, instances)
     lines = [
         f'name: "{name}"',
-        'backend: "onnxruntime"',
+        *backend,
         f"max_batch_size: {serving['max_batch']}",
         _tensors("input", [sidecar["input"]]),
         _tensors("output", [sidecar["output"]]),
         f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}",
         f"instance_group [ {{ count: {serving['instances']}, kind: {kind} }} ]",
-        *_session(sidecar.get("env") or {}, served["instances"] if served else None),
+        *settings,
     ]
     return "\n".join(lines) + "\n"
 
@@ -107,7 +124,26 @@ def _session(env: dict, instances: int | None) -> list[str]:
     return lines
 
 
-def _parameter(key: str, value: int) -> str:
+def _openvino(env: dict, settings: dict, instances: int | None) -> list[str]:
+    """The OpenVINO backend's parameters as the trial measured: its threads per instance (split
+    as :func:`_session` splits them), its performance hint and streams, and a shorter batch
+    padded to ``max_batch_size``, which the backend compiles for as the trial compiled for its
+    batch (unpadded, the backend refuses any other batch). The backend has no parameter for
+    pinning or for fp32 precision: a comment says what the trial ran with.
+    """
+    threads = env.get("intra_op_threads")
+    lines = [f"# measured with {key} {settings[key]}: the backend has no parameter for it"
+             for key in _NOT_SET if key in settings]  # fmt: skip
+    if threads is None:
+        lines.append("# the trial recorded no thread count: OpenVINO's defaults apply")
+    else:
+        per_instance = threads if instances is None else max(1, threads // instances)
+        lines.append(_parameter("INFERENCE_NUM_THREADS", per_instance))
+    lines += [_parameter(key, settings[key]) for key in _OPENVINO if key in settings]
+    return [*lines, _parameter("ENABLE_BATCH_PADDING", "YES")]
+
+
+def _parameter(key: str, value: int | str) -> str:
     return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
 
 

@@ -13,9 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def documented(kind: str) -> str:
-    """The ``Method`` or ``Family`` that docs/architecture.md shows how to add, as given there."""
+    """The ``Method``, ``Family`` or runtime (``OrtBackend``) that docs/architecture.md shows how
+    to add, as given there."""
     page = (ROOT / "docs" / "architecture.md").read_text()
-    return re.search(rf"```python\n(from automl\.catalog import {kind}\n.*?)```", page, re.S)[1]
+    pattern = rf"```python\n(from automl\.catalog[\w.]* import {kind}\n.*?)```"
+    return re.search(pattern, page, re.S)[1]
 
 
 def run_contract(tmp_path: Path, plugin: str, suite: str, name: str) -> str:
@@ -46,4 +48,12 @@ def test_a_family_defined_by_a_plugin_is_tested_by_the_contract_suite(tmp_path: 
         tmp_path, documented("Family"), "tests/catalog/test_family_contract.py", "tapered-mlp"
     )
     # built, trained, pruned, exported and quantized; refused on token ids.
+    assert re.search(r"\b2 passed\b", printed), printed[-2000:]
+
+
+def test_a_runtime_defined_by_a_plugin_is_tested_by_the_contract_suite(tmp_path: Path) -> None:
+    printed = run_contract(
+        tmp_path, documented("OrtBackend"), "tests/catalog/test_runtime_contract.py", "xnnpack"
+    )
+    # The PyPI build of ONNX Runtime has no XNNPACK: its refusal, and a measurement refused.
     assert re.search(r"\b2 passed\b", printed), printed[-2000:]

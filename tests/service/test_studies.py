@@ -162,7 +162,7 @@ def test_unknown_study(env):
 
 
 def test_remeasure_front_records_new_latencies(env):
-    from automl.trials.remeasure import REMEASURED_ATTR, remeasure_front
+    from automl.fleet.remeasure import REMEASURED_ATTR, remeasure_front
 
     settings, storage, store = env
     create_study(_spec(n_trials=2), storage)

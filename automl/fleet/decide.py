@@ -2,7 +2,7 @@
 
 A trial's latency percentiles come from a few dozen timed runs: two identical studies can
 record a p99 of 0.66 ms and of 2.89 ms for the same model. So a budget on latency is decided on
-new runs of the front's models on this machine (see :func:`automl.trials.remeasure.remeasure_front`),
+new runs of the front's models on this machine (see :func:`automl.fleet.remeasure.remeasure_front`),
 and a trial whose interval straddles the budget is not picked silently.
 """
 
@@ -94,7 +94,7 @@ def pick_trial(
         why = "no artifact store" if artifact_store is None else f"no {target.name} here"
         note = f"picked on the study's recorded figures, unverified ({why} to re-measure on)"
         return Pick(_best_on_records(front, metric, limit, name), "recorded", (note,))
-    from automl.trials.remeasure import remeasure_front
+    from automl.fleet.remeasure import remeasure_front
 
     remeasured = remeasure_front(
         name, storage, artifact_store, budgets=[limit], max_seconds=max_seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
+from automl.fleet.remeasure import REMEASURED_ATTR, remeasure_front
 from automl.fleet.study_loop import run_study_loop
 from automl.pipeline.latency_decision import fewest_runs
 from automl.search.objectives import Constraint
@@ -13,7 +14,6 @@ from automl.service.create import create_study
 from automl.service.read import pareto_front
 from automl.settings import Settings
 from automl.storage.factory import open_artifact_store, open_storage
-from automl.trials.remeasure import REMEASURED_ATTR, remeasure_front
 
 NAME = "r"
 # Budgets no small MLP misses, so that each is decided once its runs can bound it.
@@ -79,7 +79,7 @@ def test_the_cap_leaves_a_p99_budget_within_noise_and_says_why(study: dict) -> N
 def test_each_model_is_timed_alone_on_the_engine_its_trial_built(study: dict, monkeypatch) -> None:
     import contextlib
 
-    import automl.trials.remeasure as remeasure
+    import automl.fleet.remeasure as remeasure
 
     calls = []
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from automl.fleet.decide import pick_among
 from automl.pipeline.latency_decision import BudgetDecision
-from automl.trials.decide import pick_among
 
 
 def _meets(number: int) -> BudgetDecision:
