@@ -33,3 +33,19 @@ def test_many_widths_read_as_their_range_and_a_method_as_what_it_did() -> None:
     assert describe(unpruned_cnn, Built("int8-static", (16, 16, 32, 32))).startswith(
         "cnn w16/32 d2"
     )
+
+
+def test_a_row_names_the_runtime_it_was_searched_on() -> None:
+    values = {**_values(16, 0.0), "runtime": "openvino"}
+    assert describe(values).endswith("int8-static batch 32 on openvino")
+    assert "on " not in describe(_values(16, 0.0))  # the target's own runtime goes unsaid
+
+
+def test_an_unknown_runtime_is_refused_with_the_known_ones() -> None:
+    import pytest
+
+    from automl.candidate import ArchConfig, Candidate
+    from automl.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"unknown runtime 'tvm'; known: .*openvino"):
+        Candidate(ArchConfig("mlp", 8, 1), runtime="tvm")

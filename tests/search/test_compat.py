@@ -99,6 +99,17 @@ def test_a_method_the_target_does_not_run_is_refused(digits):
         check_compatible(space, digits, CPU)
 
 
+def test_a_runtime_the_target_lacks_or_one_that_lacks_a_method_is_refused(digits):
+    methods = {"type": "categorical", "choices": ["fp32", "int8-dynamic"]}
+    runtimes = {"type": "categorical", "choices": ["ort-cpu", "openvino"]}
+    with pytest.raises(SpecError, match=r"runtime 'openvino', which does not run methods \['int8-"):
+        check_compatible(_space("mlp", method=methods, runtime=runtimes), digits, CPU)
+    gpu = {"type": "categorical", "choices": ["ort-cpu", "ort-cuda"]}
+    with pytest.raises(SpecError, match="offers the runtimes ort-cpu, openvino, not 'ort-cuda'"):
+        check_compatible(_space("mlp", runtime=gpu), digits, CPU)
+    check_compatible(load_space("digits-runtimes"), digits, CPU)
+
+
 GPU_TARGETS = ["a100", "h100", "h200", "rtx4090"]
 
 

@@ -19,6 +19,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from automl.errors import SpecError
+from automl.fleet.decide import pick_trial
 from automl.inputs.data import DESCRIPTION_ATTR, Dataset, describe_dataset
 from automl.records import RECORDED_METRICS
 from automl.service.exports import (
@@ -29,7 +30,6 @@ from automl.service.exports import (
     open_export,
 )
 from automl.service.read import pareto_front
-from automl.trials.decide import pick_trial
 
 # Its module fixtures run studies: one process runs all its tests, so they run once.
 pytestmark = pytest.mark.xdist_group("test_exports")
@@ -267,8 +267,8 @@ STRADDLING = TIMES / np.percentile(TIMES, 99)
 def test_choose_trial_passes_over_the_best_trial_within_noise_of_the_budget(
     study_run: dict,
 ) -> None:
+    from automl.fleet.decide import pick_among
     from automl.pipeline.latency_decision import decide_budget
-    from automl.trials.decide import pick_among
 
     ranked = _by_accuracy(study_run)
     best, runner_up = ranked[0], ranked[1]
@@ -290,9 +290,9 @@ def test_choose_trial_passes_over_the_best_trial_within_noise_of_the_budget(
 
 
 def test_when_no_trial_is_shown_to_meet_the_budget_none_is_picked(study_run: dict) -> None:
+    from automl.fleet.decide import pick_among
     from automl.pipeline.latency_decision import decide_budget
     from automl.service.studies import TrialNotFound
-    from automl.trials.decide import pick_among
 
     ranked = _by_accuracy(study_run)
     few = {r["number"]: decide_budget(TIMES[:50], 1, "latency_p99_ms", "<=", 1.0) for r in ranked}
@@ -302,8 +302,8 @@ def test_when_no_trial_is_shown_to_meet_the_budget_none_is_picked(study_run: dic
 
 
 def test_choose_trial_re_measures_the_front_for_a_latency_budget(study_run: dict) -> None:
-    from automl.trials.decide import pick_trial
-    from automl.trials.remeasure import REMEASURED_ATTR
+    from automl.fleet.decide import pick_trial
+    from automl.fleet.remeasure import REMEASURED_ATTR
 
     storage, store = study_run["storage"], study_run["store"]
     front = pareto_front(NAME, storage)
@@ -321,7 +321,7 @@ def test_choose_trial_re_measures_the_front_for_a_latency_budget(study_run: dict
 
 
 def test_without_models_to_re_measure_the_pick_is_unverified(study_run: dict) -> None:
-    from automl.trials.decide import pick_trial
+    from automl.fleet.decide import pick_trial
 
     pick = pick_trial(NAME, study_run["storage"], "accuracy", "latency_p99_ms <= 1000")
 

@@ -368,3 +368,18 @@ def test_a_gpu_host_without_onnxruntime_gpu_is_refused_naming_the_fix():
     with pytest.raises(TargetUnavailable, match=r"lacks .*: run `make install-gpu`") as excinfo:
         require_present(a100)
     assert "\n" not in str(excinfo.value)
+
+
+def test_a_runtime_narrows_the_target_to_the_methods_it_runs() -> None:
+    cpu = load_target("cpu")
+    openvino = cpu.on_runtime("openvino")
+
+    assert openvino.backends == ("openvino",) and openvino.name == "cpu"
+    assert openvino.methods == ("fp32", "int8-static", "int8-mixed")
+    assert openvino.backend_for("int8-static").name == "openvino"
+    assert cpu.backend_for("int8-static").name == "ort-cpu"  # the first runtime, by default
+    assert cpu.on_runtime(None) is cpu
+    with pytest.raises(SpecError, match="offers the runtimes ort-cpu, openvino, not 'ort-cuda'"):
+        cpu.on_runtime("ort-cuda")
+    with pytest.raises(SpecError, match="does not run method 'int8-dynamic'"):
+        openvino.backend_for("int8-dynamic")

@@ -31,7 +31,6 @@ _TYPES = {"f32": "tensor(float)", "f16": "tensor(float16)", "f64": "tensor(doubl
 _LAYERS = ("Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData")
 # The compiled kernels that run a layer (under the name of their output, at times).
 _KERNELS = ("Convolution", "FullyConnected", "MatMul", "GroupConvolution", "Deconvolution")
-_INT8 = ("u8", "i8")
 
 
 @functools.cache
@@ -181,15 +180,11 @@ class OpenVinoSession:
                 counts[key] = counts.get(key, 0) + n
         return counts
 
-    def int8_layers(self) -> int:
-        """How many compute layers ran in int8."""
-        return sum(n for key, n in self.layer_precisions().items() if key.endswith(_INT8))
-
     def settings(self) -> dict[str, str]:
         """The compiled model's settings that change its speed, as it reports them."""
         keys = ("INFERENCE_NUM_THREADS", "PERFORMANCE_HINT", "NUM_STREAMS",
                 "ENABLE_CPU_PINNING", "INFERENCE_PRECISION_HINT")  # fmt: skip
-        return {k: str(self._compiled.get_property(k)) for k in keys} | {
+        return {k: _text(self._compiled.get_property(k)) for k in keys} | {
             "batch": str(self._batch or "dynamic")
         }
 
@@ -200,3 +195,8 @@ def _port(port: Any) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         name=port.get_any_name(), type=_TYPES.get(element, element), shape=shape
     )
+
+
+def _text(value: Any) -> str:
+    """A compiled model's property as OpenVINO's own config names it (``f32``, not a Type)."""
+    return value.get_type_name() if hasattr(value, "get_type_name") else str(value)
