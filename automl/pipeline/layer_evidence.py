@@ -124,6 +124,11 @@ def _layer_times(
     Runtime's profiler, or on TensorRT from the engine's own (see
     :func:`automl.pipeline.trt_engine.profile_engine`)."""
     backend = target.backend_for(method)
+    if not backend.profiles and TRT not in backend.providers:
+        raise TrialFailed(
+            f"{method} orders the layers it keeps by their time on the runtime, and runtime "
+            f"{backend.name!r} times no single layer; search {method} on another runtime"
+        )
     if TRT not in backend.providers:
         nodes = profile_graph(path, target, method, x, batch_size, optimization=optimization)
         return layer_times(graph, nodes)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from automl.candidate import OUTPUT_LAYER, ArchConfig
-from automl.catalog import FAMILIES, input_layout, method_for
+from automl.catalog import FAMILIES, get_backend, input_layout, method_for, per_layer_methods
 from automl.catalog.methods.int4_weight import MIN_NBITS_K
 from automl.errors import SpecError
 from automl.search.params import FloatParam, param_values
@@ -102,6 +102,13 @@ def _check_runtimes(space: SearchSpace, target: Target) -> None:
             raise SpecError(
                 f"search space {space.name!r} searches runtime {runtime!r}, which does not run "
                 f"methods {lacking}; name only methods that every runtime of the space runs"
+            )
+        untimed = sorted(space_methods(space) & set(per_layer_methods()))
+        if untimed and not get_backend(runtime).profiles:
+            raise SpecError(
+                f"search space {space.name!r} searches runtime {runtime!r}, which times no "
+                f"single layer, with {untimed}, which keep layers by their time; search those "
+                "on a runtime with a per-layer profile (ort-cpu)"
             )
 
 

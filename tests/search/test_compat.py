@@ -107,6 +107,9 @@ def test_a_runtime_the_target_lacks_or_one_that_lacks_a_method_is_refused(digits
     gpu = {"type": "categorical", "choices": ["ort-cpu", "ort-cuda"]}
     with pytest.raises(SpecError, match="offers the runtimes ort-cpu, openvino, not 'ort-cuda'"):
         check_compatible(_space("mlp", runtime=gpu), digits, CPU)
+    mixed = {"type": "categorical", "choices": ["fp32", "int8-mixed"]}
+    with pytest.raises(SpecError, match=r"times no single layer, with \['int8-mixed'\]"):
+        check_compatible(_space("mlp", method=mixed, runtime=runtimes), digits, CPU)
     check_compatible(load_space("digits-runtimes"), digits, CPU)
 
 

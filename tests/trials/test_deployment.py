@@ -47,3 +47,11 @@ def test_the_recorded_deployment_is_what_a_re_measure_reads_back(digits, tmp_pat
     assert Deployment.of_record(cpu, old).runtime == "ort-cpu"
     with pytest.raises(SpecError, match="does not run method 'int8-dynamic'"):
         Deployment.resolve(cpu, _candidate(method="int8-dynamic", runtime="openvino"))
+
+
+def test_a_per_layer_method_on_a_runtime_without_layer_times_fails_with_why(digits, tmp_path):
+    from automl.errors import TrialFailed
+
+    candidate = _candidate(method="int8-mixed", keep_fp32=1, runtime="openvino")
+    with pytest.raises(TrialFailed, match="runtime 'openvino' times no single layer"):
+        run_trial(candidate, load_target("cpu"), digits, tmp_path)
