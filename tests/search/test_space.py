@@ -189,7 +189,7 @@ def test_every_numeric_knob_has_a_bound():
     from automl.search.space import KEYS
     from automl.settings import get_settings
 
-    words = ("arch.family", "bits", "int8_mode", "method", "graph_optimization")
+    words = ("arch.family", "bits", "int8_mode", "method", "graph_optimization", "runtime")
     unbounded = [k for k in KEYS if k not in words and k not in get_settings().knob_bounds]
     assert not unbounded  # bits are checked against the methods' bit-widths
 
