@@ -82,7 +82,7 @@ def main() -> None:
 
 @app.command("targets")
 def targets_cmd(as_json: JsonOpt = False) -> None:
-    """List the targets and their runtimes, and which are present here."""
+    """List the targets, their runtimes, and which are present here."""
     from automl.catalog import BACKENDS
     from automl.report.tables import targets_table
     from automl.targets import is_present, list_targets
