@@ -149,14 +149,11 @@ def backend_session(
     """
     backend = target.backend_for(method)
     threads = target.intra_op_threads if threads is None else threads
-    if profile_prefix is None and not cuda_graph:
-        return backend.open_session(
-            model_path, method, threads=threads, batch_size=batch_size, cache_dir=cache_dir,
-            optimization=optimization,
-        )  # fmt: skip
+    ort_only = {"cuda_graph": cuda_graph} if cuda_graph else {}
+    ort_only |= {"profile_prefix": profile_prefix} if profile_prefix is not None else {}
     return backend.open_session(
-        model_path, method, threads=threads, cache_dir=cache_dir, optimization=optimization,
-        cuda_graph=cuda_graph, profile_prefix=profile_prefix,
+        model_path, method, threads=threads, batch_size=batch_size, cache_dir=cache_dir,
+        optimization=optimization, **ort_only,
     )  # fmt: skip
 
 
