@@ -9,15 +9,17 @@ them, without importing the objective. A trial's attrs are read in one place,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
 from automl.candidate import Built, describe, method_of
+from automl.metrics import REGISTRY, Directions, Metric, Names
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping
 
     import optuna
 
@@ -45,54 +47,27 @@ CONVERGED_ATTR = "converged"
 DATA_ROOT_ATTR = "data_root"
 
 
-# metric → natural direction; every trial records all of them as user attrs.
-METRICS: dict[str, Literal["maximize", "minimize"]] = {
-    "accuracy": "maximize",
-    "latency_p50_ms": "minimize",
-    "latency_p90_ms": "minimize",
-    "latency_p99_ms": "minimize",
-    "latency_per_sample_ms": "minimize",
-    "throughput_sps": "maximize",
-    "size_mb": "minimize",
-    "params": "minimize",
-    "macs": "minimize",
-}
-# Metrics against the measured baseline: only a study of a trained model (``model:``) has them.
-# ``speedup`` is the baseline's per-sample latency at its own serving batch over the trial's
-# (what a switch from today's deployment gains); ``speedup_same_batch`` compares both at the
-# trial's batch (what the model's changes alone gain).
-BASELINE_METRICS: dict[str, Literal["maximize", "minimize"]] = {
-    "speedup": "maximize",
-    "speedup_same_batch": "maximize",
-    "accuracy_drop": "minimize",
-    "size_ratio": "minimize",
-}
-METRICS.update(BASELINE_METRICS)
-# Metrics under load: only a study with a serving scenario (``serving:``) has them.
-# ``serving_p99_ms`` is the p99 latency, from arrival to result, at the scenario's rate (at the
-# max rate found where that rate is ``max``); ``max_rate_rps`` the highest Poisson rate whose
-# p99 stays within the scenario's SLO.
-SERVING_METRICS: dict[str, Literal["maximize", "minimize"]] = {
-    "serving_p99_ms": "minimize",
-    "max_rate_rps": "maximize",
-}
-METRICS.update(SERVING_METRICS)
+# The metrics' vocabulary, read from the registry (see :mod:`automl.metrics`) at each use.
+# metric → natural direction: what a spec may search (objectives, constraints).
+METRICS = Directions()
+# Against the measured baseline: only a study of a trained model (``model:``) has them.
+BASELINE_METRICS = Directions(lambda m: m.baseline)
+# Under load: only a study with a serving scenario (``serving:``) has them.
+SERVING_METRICS = Directions(lambda m: m.source == "load")
 # Recorded for every trial and shown in every view, but never an objective or constraint: the
 # accuracy on the held-out test split. The search sees ``accuracy``, on the validation split.
 TEST_METRIC = "test_accuracy"
 # The metrics of a model that its deployment (method, batch) does not repair: a constraint on
 # one that a model breaks stays broken at every deployment (quantization only lowers accuracy).
-MODEL_METRICS = frozenset({"accuracy", TEST_METRIC, "accuracy_drop"})
+MODEL_METRICS = Names(lambda m: m.source == "task")
 # Recorded by every quantized trial, never an objective (an fp32 trial has none): its own fp32
 # graph's per-sample latency, measured beside it, over its own. At most 1: int8 did not pay.
 QUANTIZATION_GAIN = "quantization_gain"
-RECORDED_METRICS = (*METRICS, TEST_METRIC, QUANTIZATION_GAIN)
+# What a trial's record holds of its attrs: every metric but those the views derive.
+RECORDED_METRICS = Names(lambda m: m.source != "derived")
 # Metrics that are a timing or a ratio of timings: two trials whose values differ by less than
 # their measurements' noise are tied on them (see :func:`automl.service.read.front_records`).
-TIMED_METRICS = frozenset({
-    "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "latency_per_sample_ms",
-    "throughput_sps", "speedup", "speedup_same_batch",
-})  # fmt: skip
+TIMED_METRICS = Names(lambda m: m.source == "latency")
 # The key of a trial's ``history`` attr that says what its stages built (see :class:`Built`).
 BUILT = "built"
 
@@ -270,50 +245,56 @@ class Column:
         value = shown_metrics(metrics).get(self.key)
         return None if value is None else self.fmt.format(value)
 
-
-# The front's columns, in the order every view shows them. ``accuracy_gap`` is derived.
-FRONT_COLUMNS = (
-    Column("accuracy", "val acc", "{:.4f}"),
-    Column("test_accuracy", "test acc", "{:.4f}"),
-    Column("accuracy_gap", "val − test", "{:+.4f}", brief=False),
-    Column("latency_per_sample_ms", "ms/sample", "{:.4g}", "ms"),
-    Column("latency_p50_ms", "p50 ms", "{:.4g}", "ms"),
-    Column("latency_p99_ms", "p99 ms", "{:.4g}", "ms"),
-    Column("throughput_sps", "samples/s", "{:,.0f}", "samples/s"),
-    Column("size_mb", "MB", "{:.4f}", "MB"),
-    Column(QUANTIZATION_GAIN, "gain over fp32", "{:.2f}×", "×", brief=False),
-    Column("macs", "MACs", "{:,.0f}"),
-)
-# Against the baseline, in a trained model's study: shown before the others. ``speedup``
-# includes what serving at another batch gains; the model's own speedup is beside it.
-BASELINE_COLUMNS = (
-    Column("speedup", "speedup with batching", "{:.2f}×", "×"),
-    Column("speedup_same_batch", "speedup at same batch", "{:.2f}×", "×"),
-    Column("accuracy_drop", "acc drop", "{:+.4f}"),
-    Column("size_ratio", "size ratio", "{:.3f}", brief=False),
-)
+    @classmethod
+    def of(cls, metric: Metric) -> Column:
+        """The column of a registered metric."""
+        brief = metric.shown == "table"
+        return cls(metric.name, metric.label, metric.fmt, metric.unit, brief=brief)
 
 
-# Under load, in a study with a serving scenario: shown after the accuracies.
-SERVING_COLUMNS = (
-    Column("max_rate_rps", "max req/s", "{:,.0f}", "req/s"),
-    Column("serving_p99_ms", "p99 served ms", "{:.4g}", "ms"),
-)
+def column_of(name: str) -> Column:
+    """The column of the metric ``name``; one labelled with its name where none is registered."""
+    metric = REGISTRY.get(name)
+    return Column.of(metric) if metric else Column(name, name, "{:.4g}")
+
+
+class _Columns(Sequence[Column]):
+    """The columns of the registered metrics that ``keep`` selects, read at each use."""
+
+    def __init__(self, keep: Callable[[Metric], bool]) -> None:
+        self._keep = keep
+
+    def _columns(self) -> tuple[Column, ...]:
+        return tuple(Column.of(m) for m in REGISTRY.values() if m.shown and self._keep(m))
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._columns()[index]
+
+    def __len__(self) -> int:
+        return len(self._columns())
+
+
+# The columns of every view, in registry order: those against the baseline (a trained model's
+# study), those under load (a serving study), and those of every study.
+BASELINE_COLUMNS = _Columns(lambda m: m.baseline)
+SERVING_COLUMNS = _Columns(lambda m: m.source == "load")
+FRONT_COLUMNS = _Columns(lambda m: not m.baseline and m.source != "load")
 
 
 def front_columns(spec: Any, *, brief: bool = False) -> tuple[Column, ...]:
-    """The columns of a study's front, from its spec (a ``StudySpec``): a trained model's study
-    (``spec.model``) leads with its baseline's, and a serving study (``spec.serving``) shows its
-    load figures after the accuracies.
+    """The columns of a study's front, from its spec (a ``StudySpec``), in registry order: a
+    trained model's study (``spec.model``) leads with its baseline's, and a serving study
+    (``spec.serving``) shows its load figures after the accuracies.
 
     ``brief`` keeps those that a terminal's table shows (:attr:`Column.brief`).
     """
-    columns = FRONT_COLUMNS
-    if spec.serving is not None:
-        columns = (*columns[:3], *SERVING_COLUMNS, *columns[3:])
-    if spec.model is not None:
-        columns = (*BASELINE_COLUMNS, *columns)
-    return tuple(c for c in columns if c.brief or not brief)
+    return tuple(
+        Column.of(m)
+        for m in REGISTRY.values()
+        if m.shown in (("table",) if brief else ("table", "report"))
+        and (spec.model is not None or not m.baseline)
+        and (spec.serving is not None or m.source != "load")
+    )
 
 
 def shown_metrics(metrics: Mapping[str, float]) -> dict[str, float]:

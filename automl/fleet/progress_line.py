@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from automl.fleet.study_loop import storage_unreachable
-from automl.records import BASELINE_COLUMNS, FRONT_COLUMNS, SERVING_COLUMNS, Column
+from automl.records import Column, column_of
 from automl.search.budget import seconds_per_complete
 from automl.search.objectives import Objective
 from automl.service.read import shown_front
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
 
 _ENDED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-# Every recorded metric as the views show it: its label and format.
-_COLUMNS = {c.key: c for c in (*BASELINE_COLUMNS, *FRONT_COLUMNS, *SERVING_COLUMNS)}
 
 
 @dataclass
@@ -47,7 +45,7 @@ class Status:
         self.logged = {t.number for t in self.study.get_trials(deepcopy=False, states=_ENDED)}
         # An automl study names its objectives' metrics when it is created.
         metrics, directions = self.study.metric_names, self.study.directions
-        self.objectives = [_COLUMNS.get(m, Column(m, m, "{:.4g}")) for m in metrics]
+        self.objectives = [column_of(m) for m in metrics]  # labels and formats: the registry's
         self.signs = [1 if d.name == "MAXIMIZE" else -1 for d in directions]
         self.searched = [
             Objective(metric=m, direction=d.name.lower())

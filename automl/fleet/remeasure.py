@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from automl.inputs.data import cached_dataset
+from automl.metrics import REGISTRY
 from automl.pipeline.latency import latency_stats, ort_run_timer
 from automl.pipeline.latency_decision import (
     LATENCY_METRICS,
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 REMEASURED_ATTR = "remeasured_front"
 _MIN_RUNS = 200
 _REL_CI = 0.01  # the median's 95% half-width, as a fraction of it
-_QUANTILES = {"latency_p50_ms": 0.5, "latency_p90_ms": 0.9, "latency_p99_ms": 0.99}
 
 
 def remeasure_front(
@@ -71,9 +71,11 @@ def remeasure_front(
 
     Returns:
         By trial number: the latency statistics of the new runs (``p50_ms``… ``runs``), the
-        first measurement's ``first_p50_ms``, ``first_p99_ms`` and ``first_runs``, ``intervals`` (p50/p90/p99 with their 95%
-        intervals), ``decisions`` (one per budget, in order), ``stop`` (``decided`` or
-        ``cap``), ``converged`` (the median's interval target was reached) and ``env``.
+        first measurement's ``first_p50_ms``, ``first_p99_ms`` and ``first_runs``,
+        ``intervals`` (each registered latency quantile in ms per batch, ``latency_p50_ms``…,
+        with its 95% interval), ``decisions`` (one per budget, in order), ``stop``
+        (``decided`` or ``cap``), ``converged`` (the median's interval target was reached) and
+        ``env``.
 
     Raises:
         TargetUnavailable: This machine does not have the study's target.
@@ -137,6 +139,10 @@ def _record(samples: list[float], batch_size: int, budgets: Sequence[Budget]) ->
     return {
         **asdict(stats),
         "converged": stats.ci_rel <= _REL_CI,
-        "intervals": {m: quantile_interval(samples, q).as_dict() for m, q in _QUANTILES.items()},
+        "intervals": {
+            m.name: quantile_interval(samples, m.quantile).as_dict()
+            for m in REGISTRY.values()
+            if m.quantile is not None and m.per == "batch"
+        },
         "decisions": [d.as_dict() for d in decide_all(samples, batch_size, budgets)],
     }

@@ -28,6 +28,7 @@ import numpy as np
 
 from automl.catalog import get_backend
 from automl.errors import SpecError
+from automl.metrics import REGISTRY
 from automl.pipeline.gpu_warmup import gpu_state, warm_up_by_time
 from automl.pipeline.latency_decision import quantile_interval
 from automl.pipeline.timers import open_runner
@@ -51,7 +52,11 @@ _END_TO_END_RUNS = 25  # the second figure of a GPU backend: a median, not a sea
 
 @dataclass(frozen=True)
 class LatencyStats:
-    """Summary of timed runs; all times in milliseconds, per batch unless named per-sample."""
+    """Summary of timed runs; all times in milliseconds, per batch unless named per-sample.
+
+    ``metrics`` holds every registered latency metric that is a quantile of the per-batch times
+    (see :mod:`automl.metrics`), by name and in its units: what a trial records.
+    """
 
     p50_ms: float
     p90_ms: float
@@ -65,6 +70,7 @@ class LatencyStats:
     throughput_sps: float
     runs: int
     batch_size: int
+    metrics: dict[str, float] = field(hash=False)
 
 
 @dataclass(frozen=True)
@@ -141,8 +147,9 @@ def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
         batch_size: Samples per run.
 
     Returns:
-        The statistics; ``ci_rel`` is the CI half-width divided by the median and ``cv``
-        the sample standard deviation divided by the mean.
+        The statistics; ``ci_rel`` is the CI half-width divided by the median, ``cv`` the
+        sample standard deviation divided by the mean, and ``metrics`` each registered
+        latency quantile's metric.
 
     Raises:
         ValueError: ``samples_ms`` is empty.
@@ -152,6 +159,8 @@ def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
     if n == 0:
         raise ValueError("latency_stats needs at least one sample")
     p50, p90, p99 = np.percentile(x, [50, 90, 99])
+    timed = [m for m in REGISTRY.values() if m.quantile is not None]
+    at = np.percentile(x, [100 * m.quantile for m in timed])
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n > 1 else 0.0
     median = quantile_interval(x, 0.5)  # a bound too few runs give is the extreme run
@@ -170,6 +179,9 @@ def latency_stats(samples_ms: Sequence[float], batch_size: int) -> LatencyStats:
         throughput_sps=batch_size * 1000.0 / float(p50) if p50 > 0 else math.inf,
         runs=n,
         batch_size=batch_size,
+        metrics={
+            m.name: m.in_units(float(ms), batch_size) for m, ms in zip(timed, at, strict=True)
+        },
     )
 
 

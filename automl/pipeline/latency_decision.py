@@ -24,22 +24,18 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 
 from automl.errors import SpecError
+from automl.metrics import REGISTRY, Names
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from automl.metrics import Metric
+
 Verdict = Literal["meets", "exceeds", "within-noise"]
 _Z95 = 1.96
 _GROWTH = 1.5  # runs grow by half between looks: few looks keep the error near 2.5% a side
-# budget metric → (quantile of per-batch times, label, unit)
-_METRIC = {
-    "latency_p50_ms": (0.5, "p50", "ms"),
-    "latency_p90_ms": (0.9, "p90", "ms"),
-    "latency_p99_ms": (0.99, "p99", "ms"),
-    "latency_per_sample_ms": (0.5, "per-sample p50", "ms"),
-    "throughput_sps": (0.5, "throughput at p50", "samples/s"),
-}
-LATENCY_METRICS = tuple(_METRIC)
+# The metrics a budget is decided on: those that are a quantile of per-batch times.
+LATENCY_METRICS = Names(lambda m: m.quantile is not None)
 
 
 class Budget(Protocol):
@@ -137,8 +133,8 @@ def decide_budget(
     Args:
         samples_ms: Per-batch run times in milliseconds.
         batch_size: Samples per run (for the per-sample and throughput metrics).
-        metric: One of :data:`LATENCY_METRICS`; per-sample latency is p50 / batch and
-            throughput is batch * 1000 / p50.
+        metric: One of :data:`LATENCY_METRICS`, whose registered quantile of per-batch
+            times it is, in its units (see :meth:`automl.metrics.Metric.in_units`).
         op: ``"<="`` or ``">="``.
         bound: The budget, in the metric's units.
 
@@ -148,13 +144,14 @@ def decide_budget(
     Raises:
         SpecError: Not a latency metric, or an unknown ``op``.
     """
-    if metric not in _METRIC or op not in ("<=", ">="):
+    if metric not in LATENCY_METRICS or op not in ("<=", ">="):
         raise SpecError(f"cannot decide '{metric} {op} {bound}': need one of {LATENCY_METRICS}")
-    quantile, label, unit = _METRIC[metric]
+    entry = REGISTRY[metric]
+    quantile = entry.quantile
     interval = quantile_interval(samples_ms, quantile)
-    value, low, high = _in_units(interval, metric, batch_size)
+    value, low, high = _in_units(interval, entry, batch_size)
     verdict = _verdict(op, bound, low, high)
-    shown = f"{label} {value:.4g} {unit} [{_num(low)}, {_num(high)}]"
+    shown = f"{entry.quantile_label} {value:.4g} {entry.unit} [{_num(low)}, {_num(high)}]"
     if verdict != "within-noise":
         side = op if verdict == "meets" else {"<=": ">", ">=": "<"}[op]
         reason = f"{shown}, wholly {side} {bound:g}"
@@ -178,21 +175,13 @@ def decide_all(
 
 
 def _in_units(
-    interval: QuantileInterval, metric: str, batch_size: int
+    interval: QuantileInterval, metric: Metric, batch_size: int
 ) -> tuple[float, float | None, float | None]:
     """The interval in the metric's units: ms per batch or per sample, or samples per second."""
     ordered = (interval.value_ms, interval.low_ms, interval.high_ms)
-    if metric == "throughput_sps":  # decreasing in the time: the bounds swap
+    if metric.per == "rate":  # decreasing in the time: the bounds swap
         ordered = (interval.value_ms, interval.high_ms, interval.low_ms)
-
-    def convert(ms: float | None) -> float | None:
-        if ms is None:
-            return None
-        if metric == "throughput_sps":
-            return batch_size * 1000.0 / ms if ms > 0 else math.inf
-        return ms / batch_size if metric == "latency_per_sample_ms" else ms
-
-    value, low, high = (convert(ms) for ms in ordered)
+    value, low, high = (None if ms is None else metric.in_units(ms, batch_size) for ms in ordered)
     return float(value), low, high
 
 

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from automl.candidate import describe as describe_candidate
-from automl.records import built_of, front_columns
+from automl.records import built_of, column_of, front_columns
 from automl.report.fitted import FitColumn, FittedTable
 
 if TYPE_CHECKING:
@@ -245,16 +245,17 @@ def comparison_table(comparison: dict) -> Table:
     table = Table(title=f"{first} ({first_target}) vs {second} ({second_target})")
     table.add_column("candidate")
     table.add_column("on the front of")
+    shown = (column_of("accuracy"), column_of("latency_per_sample_ms"))
     for name in (first, second):
-        table.add_column(f"val acc / ms per sample in {name} ({comparison['studies'][name]})")
+        heading = " / ".join(c.label for c in shown)
+        table.add_column(f"{heading} in {name} ({comparison['studies'][name]})")
     for row in comparison["candidates"]:
         cells = []
         for name in (first, second):
             metrics = row["metrics"][name]
             cells.append(
-                "not run" if metrics is None
-                else f"{metrics['accuracy']:.3f} / {metrics['latency_per_sample_ms']:.4g}"
-            )  # fmt: skip
+                "not run" if metrics is None else " / ".join(c.text(metrics) or "-" for c in shown)
+            )
         wins = ", ".join(f"{name} ({comparison['studies'][name]})" for name in row["fronts"])
         table.add_row(describe(row), wins, *cells)
     for name, knobs in comparison["knobs"].items():

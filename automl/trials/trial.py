@@ -15,6 +15,7 @@ from automl.candidate import Batching
 from automl.catalog import LAYER_OPS, TRT
 from automl.catalog.runtimes._ort_packages import gpu_runtime_versions, load_gpu_libraries
 from automl.errors import TrialFailed
+from automl.metrics import REGISTRY
 from automl.pipeline.evaluate import Evaluation, evaluate
 from automl.pipeline.latency import Latency, LatencyBudget, measure_latency, per_sample_in_turn
 from automl.pipeline.profile import SourceGraph, quantizes_nothing
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
     from automl.trials.stage_cache import StageCache
 
 STAGES = ("train", "prune", "export", "quantize", "evaluate", "latency")
-# Latency metrics that are a quantile of the per-batch times.
-_QUANTILE_OF = {"latency_p50_ms": 0.5, "latency_p90_ms": 0.9, "latency_p99_ms": 0.99}
 
 
 @dataclass(frozen=True)
@@ -147,11 +146,7 @@ def run_trial(
     metrics = {
         "accuracy": evaluation.accuracy,
         "test_accuracy": test_evaluation.accuracy,
-        "latency_p50_ms": latency.p50_ms,
-        "latency_p90_ms": latency.p90_ms,
-        "latency_p99_ms": latency.p99_ms,
-        "latency_per_sample_ms": latency.per_sample_ms,
-        "throughput_sps": latency.throughput_sps,
+        **latency.metrics,  # every registered latency quantile (see automl.metrics)
         "size_mb": quantized.size_bytes / 1e6,
         "params": float(built["params_after"]),
         "macs": float(built["macs_after"]),
@@ -298,15 +293,15 @@ def _baseline(
 
 
 def latency_budgets(constraints: Sequence[Constraint], batch_size: int) -> list[LatencyBudget]:
-    """The latency constraints among ``constraints`` as per-batch budgets at ``batch_size``."""
+    """The latency constraints among ``constraints`` as per-batch budgets at ``batch_size``:
+    each bound from above on a registered latency quantile's time (see
+    :meth:`automl.metrics.Metric.budget_ms`)."""
     budgets = []
     for c in constraints:
-        if c.op == "<=" and c.metric in _QUANTILE_OF:
-            budgets.append(LatencyBudget(c.bound, _QUANTILE_OF[c.metric]))
-        elif c.op == "<=" and c.metric == "latency_per_sample_ms":  # the median per sample
-            budgets.append(LatencyBudget(c.bound * batch_size, 0.5))
-        elif c.op == ">=" and c.metric == "throughput_sps" and c.bound > 0:  # of the median
-            budgets.append(LatencyBudget(1000 * batch_size / c.bound, 0.5))
+        metric = REGISTRY.get(c.metric)
+        ms = metric.budget_ms(c.op, c.bound, batch_size) if metric else None
+        if ms is not None:
+            budgets.append(LatencyBudget(ms, metric.quantile))
     return budgets
 
 
