@@ -182,6 +182,7 @@ for _metric in (
            quantile=0.5, per="sample"),
     latency_quantile(0.5),
     latency_quantile(0.9, shown=None),
+    latency_quantile(0.95, shown="report"),
     latency_quantile(0.99),
     Metric("throughput_sps", "maximize", "latency", "samples/s", "{:,.0f}", "samples/s",
            quantile=0.5, per="rate"),

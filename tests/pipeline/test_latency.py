@@ -73,6 +73,12 @@ def test_stats_on_known_samples() -> None:
     assert stats.per_sample_ms == pytest.approx(50.5 / 4)
     assert stats.throughput_sps == pytest.approx(4000 / 50.5)
     assert stats.runs == 100
+    # Every registered latency quantile, in its units: p95 is one registry entry.
+    assert stats.metrics == pytest.approx({
+        "latency_p50_ms": 50.5, "latency_p90_ms": 90.1, "latency_p95_ms": 95.05,
+        "latency_p99_ms": 99.01, "latency_per_sample_ms": 50.5 / 4,
+        "throughput_sps": 4000 / 50.5,
+    })  # fmt: skip
 
 
 def test_stats_on_constant_samples_and_tiny_n() -> None:

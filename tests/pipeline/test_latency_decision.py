@@ -105,6 +105,14 @@ def test_per_sample_latency_and_throughput_are_of_the_median() -> None:
     assert decide_budget(FAST, 8, "throughput_sps", ">=", 20_000).verdict == "exceeds"
 
 
+def test_a_p95_budget_is_decided_on_the_95th_percentile_of_the_runs() -> None:
+    decision = decide_budget(FAST, 8, "latency_p95_ms", "<=", 100.0)
+
+    p95 = quantile_interval(FAST, 0.95)
+    assert (decision.value, decision.low, decision.high) == (p95.value_ms, p95.low_ms, p95.high_ms)
+    assert decision.verdict == "meets" and decision.reason.startswith("p95 ")
+
+
 def test_only_latency_budgets_are_decided() -> None:
     with pytest.raises(SpecError, match="cannot decide"):
         decide_budget(FAST, 1, "accuracy", ">=", 0.9)

@@ -31,6 +31,7 @@ def test_latency_constraints_become_per_batch_budgets() -> None:
     constraints = _constraints(
         "latency_p99_ms <= 5",
         "latency_p50_ms <= 2",
+        "latency_p95_ms <= 3",
         "latency_per_sample_ms <= 0.5",
         "throughput_sps >= 1000",
         "accuracy >= 0.9",
@@ -42,6 +43,7 @@ def test_latency_constraints_become_per_batch_budgets() -> None:
     assert budgets == [
         LatencyBudget(5.0, 0.99),
         LatencyBudget(2.0, 0.5),
+        LatencyBudget(3.0, 0.95),
         LatencyBudget(4.0, 0.5),
         LatencyBudget(8.0, 0.5),
     ]
