@@ -29,7 +29,10 @@ from pathlib import Path
 PRELOADED = (
     "numpy", "scipy", "torch", "torch._dynamo", "torch_pruning", "onnx", "onnxruntime",
     "onnxruntime.quantization", "optuna", "sqlalchemy", "alembic", "sklearn.model_selection",
-    "sklearn.gaussian_process", "pydantic", "yaml",
+    "sklearn.gaussian_process", "sklearn.datasets", "pydantic", "pydantic.main",
+    "pydantic.json_schema", "pydantic.dataclasses", "pydantic.type_adapter", "pydantic_settings",
+    "yaml", "sqlalchemy.orm", "sqlalchemy.dialects.sqlite", "optuna.storages._rdb.models",
+    "optuna.artifacts", "alembic.command", "alembic.config",
 )  # fmt: skip
 _LISTENER: socket.socket | None = None  # the zygote's socket, which no forked process keeps
 
