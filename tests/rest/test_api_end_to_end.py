@@ -19,7 +19,13 @@ from sklearn.model_selection import train_test_split
 
 pytest_plugins = ["api_fixtures"]
 
-pytestmark = pytest.mark.slow
+# On PostgreSQL, the store of a fleet. `automl serve` on SQLite runs a study end to end in
+# test_examples.py (submit_over_rest.py: a local worker, the model downloaded) and in
+# test_bad_submission.py; this one study of about 20 s need not run on both.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.parametrize("api_storage_url", ["postgresql"], indirect=True),
+]
 
 
 def _start_serve(api_storage_url: str, tmp_path, port: int, api_token: str) -> subprocess.Popen:
