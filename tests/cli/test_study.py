@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import signal
-import subprocess
 import time
 
 import numpy as np
 import onnxruntime as ort
 import optuna
-from cli_runs import AUTOML, count_state
+from cli_runs import AUTOML, CliRun, count_state
 
 from automl.inputs.data import load_dataset
 
@@ -208,21 +206,15 @@ def test_bad_input_is_a_clear_error(cli):
     assert "Traceback" not in out.stderr
 
 
-def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path):
+def test_resume_after_kill_loses_no_completed_trial(cli, tmp_path, zygote):
     args = ["study", "start", "--space", "digits-mlp", "--n-trials", "5", "--name", "r"]
     args.append("--no-remeasure-front")
-    process = subprocess.Popen(
-        [*AUTOML, *args],
-        cwd=tmp_path,
-        env=cli.env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    run = CliRun([*AUTOML, *args], tmp_path, cli.env, zygote)  # forked: no imports to wait on
     deadline = time.monotonic() + 300
     while count_state(cli.storage, "COMPLETE") < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    run.process.kill()
+    run.process.wait(30)
     study = optuna.load_study(study_name="r", storage=cli.storage)
     before = {t.number for t in study.trials if t.state.name == "COMPLETE"}
     assert len(before) >= 2
