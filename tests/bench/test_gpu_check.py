@@ -20,12 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(
     "CUDAExecutionProvider" in ort.get_available_providers(), reason="a GPU build: run it there"
 )
-def test_without_a_gpu_it_checks_the_recipes_on_the_cpu_and_exits_2(tmp_path) -> None:
+def test_without_a_gpu_it_checks_the_recipes_on_the_cpu_and_exits_2(tmp_path, zygote) -> None:
     out = tmp_path / "gpu_check.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gpu_check", "--no-study", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    args = ["-m", "bench.gpu_check", "--no-study", "--out", str(out)]
+    done = zygote.python(args, cwd=ROOT, env=dict(os.environ), timeout=300)  # forked: no imports
 
     assert out.exists(), done.stdout + done.stderr
     report = json.loads(out.read_text())
