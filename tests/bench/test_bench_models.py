@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
@@ -33,11 +32,9 @@ print(json.dumps({"pedestal": PEDESTAL, "models": facts}))
 """
 
 
-def test_each_model_runs_on_its_data_and_dim_digits_sit_on_a_pedestal(tmp_path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", _FACTS, str(tmp_path)],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    )  # fmt: skip
+def test_each_model_runs_on_its_data_and_dim_digits_sit_on_a_pedestal(tmp_path, zygote) -> None:
+    out = zygote.python(["-c", _FACTS, str(tmp_path)], cwd=ROOT, env=dict(os.environ), timeout=300)
+    assert out.returncode == 0, out.stderr
     facts = json.loads(out.stdout.splitlines()[-1])
     models, pedestal = facts["models"], facts["pedestal"]
     assert set(models) == {"cnn", "mobilenet", "mobilenet_v2"}
