@@ -192,12 +192,7 @@ class SearchSpace(BaseModel):
 
     def values_of(self, key: str) -> list[Scalar]:
         """Every value the space gives candidate ``key`` (a float range: its ends)."""
-        return [
-            value
-            for name, param in self.params.items()
-            if (param.sets or name) == key
-            for value in param_values(param)
-        ]
+        return [v for n, p in self.params.items() if (p.sets or n) == key for v in param_values(p)]
 
     def bit_choices(self) -> set[int]:
         """Every bit-width the space can suggest."""
@@ -211,17 +206,11 @@ class SearchSpace(BaseModel):
 
     def method_choices(self) -> set[str]:
         """Every quantization method the space names directly (its ``method`` knob)."""
-        return {
-            str(value)
-            for name, param in self.params.items()
-            if (param.sets or name) == "method"
-            for value in param_values(param)
-        }
+        return set(map(str, self.values_of("method")))
 
     def runtime_choices(self) -> set[str]:
         """Every runtime the space names (its ``runtime`` knob)."""
-        return {str(v) for n, p in self.params.items() if (p.sets or n) == "runtime"
-                for v in param_values(p)}  # fmt: skip
+        return set(map(str, self.values_of("runtime")))
 
     def capacity_first(self) -> dict[str, Scalar]:
         """Serving knobs of a max-rate study's first trial: the most ``serving.instances`` and
