@@ -22,7 +22,8 @@ SPEC = {"name": "tracked", "search_space": "digits-mlp", "n_trials": 2}
 
 @pytest.fixture(scope="module")
 def store_uri(tmp_path_factory) -> str:
-    """One SQLite tracking store for the quick tests (creating its tables takes seconds)."""
+    """One SQLite tracking store for the module (creating its tables takes seconds): each
+    test logs to an experiment of its own."""
     return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
 
 
@@ -36,14 +37,15 @@ def _runs(uri: str, experiment: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
-def test_optimize_logs_one_run_per_trial_with_its_params_and_metrics(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_optimize_logs_one_run_per_trial_with_its_params_and_metrics(
+    tmp_path: Path, store_uri: str
+) -> None:
     result = automl.optimize(
-        **SPEC, storage=f"sqlite:///{tmp_path / 'automl.db'}", artifacts_dir=tmp_path / "art",
-        progress=False, remeasure=False, mlflow_uri=uri,
+        **{**SPEC, "name": "optimized"}, storage=f"sqlite:///{tmp_path / 'automl.db'}",
+        artifacts_dir=tmp_path / "art", progress=False, remeasure=False, mlflow_uri=store_uri,
     )  # fmt: skip
     trials = result.study.get_trials(deepcopy=False)
-    runs = _runs(uri, "tracked")
+    runs = _runs(store_uri, "optimized")  # an experiment of its own in the module's store
     assert sorted(runs) == sorted(str(t.number) for t in trials)
     for trial in trials:
         run = runs[str(trial.number)]
@@ -57,15 +59,14 @@ def test_optimize_logs_one_run_per_trial_with_its_params_and_metrics(tmp_path: P
 
 
 @pytest.mark.slow
-def test_cli_option_logs_the_trials_of_every_job(cli, tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_cli_option_logs_the_trials_of_every_job(cli, store_uri: str) -> None:
     cli(
-        "study", "start", "--space", "digits-mlp", "--n-trials", "2", "--jobs", "2",
-        "--no-remeasure-front", "--mlflow-uri", uri,
+        "study", "start", "--space", "digits-mlp", "--n-trials", "2", "--jobs", "2", "--name",
+        "jobs", "--no-remeasure-front", "--mlflow-uri", store_uri,
     )  # fmt: skip
-    study = optuna.load_study(study_name="digits-mlp-cpu", storage=cli.storage)
+    study = optuna.load_study(study_name="jobs", storage=cli.storage)
     numbers = sorted(str(t.number) for t in study.get_trials(deepcopy=False))
-    assert sorted(_runs(uri, "digits-mlp-cpu")) == numbers
+    assert sorted(_runs(store_uri, "jobs")) == numbers
 
 
 def test_cli_refuses_a_tracking_store_it_cannot_open_before_any_trial(cli) -> None:
