@@ -79,6 +79,17 @@ class Zygote:
             capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
 
+    def popen_python(
+        self, argv: list[str], *, cwd: Path, env: dict[str, str], **popen: object
+    ) -> subprocess.Popen:
+        """``python *argv`` as :meth:`python` runs it, in the background: a ``subprocess.Popen``
+        (``popen`` its other arguments) of the client, which passes SIGINT and SIGTERM on to the
+        command and exits as it does. SIGKILL ends the client only: kill the command by its pid."""
+        return subprocess.Popen(
+            [sys.executable, BIN / "zygote_client.py", *argv], cwd=cwd,
+            env=self.client_env(env), **popen,
+        )  # fmt: skip
+
     def run(
         self, args: list[str], *, cwd: Path, env: dict[str, str], timeout: float
     ) -> subprocess.CompletedProcess:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ def study_run(tmp_path_factory: pytest.TempPathFactory, zygote) -> dict:
 
 
 @pytest.fixture(scope="module")
-def dashboard(study_run: dict) -> str:
+def dashboard(study_run: dict, zygote) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -55,8 +54,8 @@ def dashboard(study_run: dict) -> str:
         "run_dashboard(sys.argv[1], sys.argv[2], '127.0.0.1', int(sys.argv[3]))"
     )
     args = [env["AUTOML_STORAGE"], env["AUTOML_ARTIFACTS_DIR"], str(port)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
+    proc = zygote.popen_python(  # forked: its SIGTERM below is passed on
+        ["-c", code, *args],
         cwd=study_run["root"],
         env=env,
         stdout=subprocess.DEVNULL,
