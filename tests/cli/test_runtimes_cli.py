@@ -32,7 +32,8 @@ def test_a_study_searches_the_runtime_and_each_row_names_its_own(tmp_path, zygot
         runtime = trial.params["runtime"]
         assert attrs["history"]["deployment"]["runtime"] == runtime
         assert attrs["env"]["backend"] == runtime and attrs["latency"]["backend"] == runtime
-    pareto = zygote.run(["study", "pareto", "rt"], cwd=tmp_path, env=run["env"], timeout=120)
+    wide = {**run["env"], "COLUMNS": "200"}  # one line a row
+    pareto = zygote.run(["study", "pareto", "rt"], cwd=tmp_path, env=wide, timeout=120)
     rows = [line for line in pareto.stdout.splitlines() if "mobilenet" in line]
     assert rows and all(" on ort-cpu" in r or " on openvino" in r for r in rows), pareto.stdout
 
